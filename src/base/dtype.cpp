@@ -1,0 +1,144 @@
+#include "base/dtype.h"
+
+#include <cmath>
+
+namespace mnemo {
+
+const char* DTypeName(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+bool ParseDType(std::string_view name, DType* out) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+    if (name == DTypeName(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+size_t DTypeBytes(DType t, size_t n) {
+  switch (t) {
+    case DType::F32: return 4 * n;
+    case DType::F16:
+    case DType::BF16: return 2 * n;
+    case DType::Q8_0: return n / kQ8Block * sizeof(BlockQ8_0);
+  }
+  return 0;
+}
+
+float F16ToF32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        e++;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      u = sign | uint32_t(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000 | mant << 13;
+  } else {
+    u = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t F32ToF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  uint32_t absu = u & 0x7fffffff;
+  if (absu > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
+  if (absu >= 0x477ff000) return uint16_t(sign | 0x7c00);  // overflow to inf (incl. rounding)
+  if (absu < 0x38800000) {                                 // subnormal or zero in f16
+    if (absu < 0x33000000) return uint16_t(sign);
+    // f16 subnormal: value = r * 2^-24; f32 value = m * 2^(e - 150), so r = m >> (126 - e).
+    uint32_t e = absu >> 23;
+    uint32_t m = (absu & 0x7fffff) | 0x800000;
+    uint32_t drop = 126 - e;  // 14..24
+    uint32_t r = m >> drop;
+    uint32_t rem = m & ((1u << drop) - 1);
+    uint32_t half = 1u << (drop - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return uint16_t(sign | r);
+  }
+  uint32_t r = absu + 0xfff + ((absu >> 13) & 1);  // round to nearest even at bit 13
+  r -= (127 - 15) << 23;
+  return uint16_t(sign | (r >> 13));
+}
+
+void ToF32(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, 4 * n);
+      return;
+    case DType::F16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; i++) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; i++) dst[i] = Bf16ToF32(s[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      auto* b = static_cast<const BlockQ8_0*>(src);
+      for (size_t i = 0; i < n / kQ8Block; i++) {
+        float d = F16ToF32(b[i].d);
+        for (int j = 0; j < kQ8Block; j++) dst[i * kQ8Block + j] = d * b[i].q[j];
+      }
+      return;
+    }
+  }
+}
+
+void FromF32(DType t, const float* src, void* dst, size_t n) {
+  switch (t) {
+    case DType::F32:
+      std::memcpy(dst, src, 4 * n);
+      return;
+    case DType::F16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; i++) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::BF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; i++) d[i] = F32ToBf16(src[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      auto* b = static_cast<BlockQ8_0*>(dst);
+      for (size_t i = 0; i < n / kQ8Block; i++) {
+        const float* x = src + i * kQ8Block;
+        float amax = 0;
+        for (int j = 0; j < kQ8Block; j++) amax = std::fmax(amax, std::fabs(x[j]));
+        float d = amax / 127.0f;
+        float id = d != 0 ? 1.0f / d : 0.0f;
+        b[i].d = F32ToF16(d);
+        for (int j = 0; j < kQ8Block; j++) b[i].q[j] = int8_t(std::lround(x[j] * id));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace mnemo

@@ -1,0 +1,74 @@
+// Errors at API boundaries: Result<T> holds a value or an Error; CHECK guards invariants.
+// Bad user input must come back as an Error, never as a crash; CHECK is for programmer errors only.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace mnemo {
+
+struct Error {
+  std::string message;
+};
+
+// A value or an Error (a small stand-in for C++23 std::expected).
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}       // NOLINT: implicit on purpose
+  Result(Error error) : v_(std::move(error)) {}   // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  const Error& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+// Result for operations with no value.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error.message)), ok_(false) {}  // NOLINT
+  static Status Ok() { return {}; }
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  Error error() const { return Error{error_}; }
+
+ private:
+  std::string error_;
+  bool ok_ = true;
+};
+
+// printf-style Error constructor.
+Error MakeError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+[[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
+
+}  // namespace mnemo
+
+#define MNEMO_CHECK(cond)                                             \
+  do {                                                                \
+    if (!(cond)) ::mnemo::CheckFailed(__FILE__, __LINE__, #cond, ""); \
+  } while (0)
+#define MNEMO_CHECK_MSG(cond, msg)                                       \
+  do {                                                                   \
+    if (!(cond)) ::mnemo::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
+  } while (0)
+
+// Propagates an error from an expression returning Result<T> or Status.
+#define MNEMO_TRY(expr)                         \
+  do {                                          \
+    auto _st = (expr);                          \
+    if (!_st.ok()) return Error(_st.error());   \
+  } while (0)

@@ -1,0 +1,50 @@
+// Linear layers y = x W^T on the CPU, for every weight dtype, prefill and decode alike.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "base/dtype.h"
+
+namespace mnemo::kernels {
+
+// The arithmetic a Linear uses.
+enum class Precision {
+  kF32,   // exact path: weights expanded to f32 values, f32 products and sums (golden tests)
+  kBF16,  // fast path: activations rounded to bf16, bf16 (or q8_0) weights, f32 accumulation
+};
+
+// A weight matrix W, row-major [out, in], prepared once for repeated y = x W^T.
+// Thread-safety: Forward is const and may be called from one thread at a time per call site;
+// it uses NumThreads() OpenMP threads itself.
+class Linear {
+ public:
+  // src: row-major [out, in] of dtype t; `in` is a multiple of 32 for Q8_0. Create may repack
+  // (e.g. to bf16 for kBF16 or to a blocked layout); it never keeps a pointer to src after
+  // returning unless the layout is used as is, in which case src must outlive the Linear
+  // (mmapped weights do).
+  static Linear Create(DType t, const void* src, int out, int in, Precision p);
+
+  Linear();
+  ~Linear();
+  Linear(Linear&&) noexcept;
+  Linear& operator=(Linear&&) noexcept;
+  Linear(const Linear&) = delete;
+  Linear& operator=(const Linear&) = delete;
+
+  // x: [n, in] f32 row-major -> y: [n, out] f32 row-major. n >= 1. Small n (decode) takes a
+  // memory-bound GEMV-style kernel; large n a compute-bound GEMM (oneDNN / BLAS).
+  void Forward(const float* x, int n, float* y) const;
+
+  int out() const;
+  int in() const;
+  // Bytes of weight data read per Forward (for bandwidth accounting).
+  size_t weight_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mnemo::kernels
