@@ -1,0 +1,37 @@
+// A dumb preallocated allocator of block ids [0, n_blocks): a free list threaded through two index
+// arrays (doubly linked), so any free block can also be taken out of the middle in O(1).
+// Not thread-safe: owned by the one thread that owns cache metadata.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mnemo {
+
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int32_t n_blocks);
+
+  int32_t capacity() const { return static_cast<int32_t>(next_.size()); }
+  int32_t num_free() const { return n_free_; }
+  bool IsFree(int32_t id) const;
+
+  // Takes the block that has been free the longest; -1 when none is free.
+  int32_t Allocate();
+  // Takes a specific free block (e.g. to revive a cached one). Returns false if it is not free.
+  bool Take(int32_t id);
+  // Returns an allocated block to the back of the free list. CHECKs that it was allocated.
+  void Free(int32_t id);
+
+ private:
+  void Unlink(int32_t id);
+  static constexpr int32_t kNil = -1;
+  std::vector<int32_t> next_;  // [n_blocks] next free block, kNil at the tail; unused when allocated
+  std::vector<int32_t> prev_;  // [n_blocks] previous free block, kNil at the head
+  std::vector<uint8_t> free_;  // [n_blocks] 1 if on the free list
+  int32_t head_ = kNil;        // oldest free block
+  int32_t tail_ = kNil;        // newest free block
+  int32_t n_free_ = 0;
+};
+
+}  // namespace mnemo
