@@ -1,0 +1,453 @@
+#include "kv/cache_manager.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/status.h"
+
+namespace mnemo {
+namespace {
+int ChunksFor(int n_tokens) { return (n_tokens + kBlockTokens - 1) / kBlockTokens; }
+}  // namespace
+
+const char* TierName(Tier t) {
+  switch (t) {
+    case Tier::kT0: return "t0";
+    case Tier::kT1: return "t1";
+    case Tier::kT2: return "t2";
+    case Tier::kNone: return "none";
+  }
+  return "?";
+}
+
+CacheManager::CacheManager(const CacheConfig& config, std::unique_ptr<EvictionPolicy> policy)
+    : config_(config),
+      policy_(std::move(policy)),
+      reserve_blocks_(static_cast<int32_t>(std::ceil(config.t0_blocks * config.reserve_fraction))),
+      t0_(config.t0_blocks),
+      t1_(config.t1_blocks),
+      t2_(config.t2_blocks) {
+  MNEMO_CHECK(config.t0_blocks > 0 && config.reserve_fraction >= 0 && config.reserve_fraction < 1);
+}
+
+BlockAllocator& CacheManager::pool(Tier t) {
+  MNEMO_CHECK(t != Tier::kNone);
+  return t == Tier::kT0 ? t0_ : t == Tier::kT1 ? t1_ : t2_;
+}
+
+int32_t CacheManager::capacity(Tier t) const {
+  return t == Tier::kT0 ? config_.t0_blocks : t == Tier::kT1 ? config_.t1_blocks
+                                            : t == Tier::kT2 ? config_.t2_blocks : 0;
+}
+
+int32_t CacheManager::used_blocks(Tier t) const {
+  const BlockAllocator& a = t == Tier::kT0 ? t0_ : t == Tier::kT1 ? t1_ : t2_;
+  return a.capacity() - a.num_free();
+}
+
+int32_t CacheManager::NewRec(int begin) {
+  int32_t id;
+  if (!free_recs_.empty()) {
+    id = free_recs_.back();
+    free_recs_.pop_back();
+    recs_[id] = ChunkRec{};
+  } else {
+    id = static_cast<int32_t>(recs_.size());
+    recs_.emplace_back();
+  }
+  recs_[id].begin = begin;
+  recs_[id].refs = 1;
+  return id;
+}
+
+void CacheManager::FreeData(ChunkRec& c) {
+  if (c.tier != Tier::kNone) pool(c.tier).Free(c.block);
+  c.tier = Tier::kNone;
+  c.block = -1;
+}
+
+void CacheManager::Unref(int32_t id) {
+  ChunkRec& c = recs_[id];
+  MNEMO_CHECK(c.refs > 0);
+  if (--c.refs > 0) return;
+  if (c.op != 0) return;  // freed when the copy in flight ends
+  FreeData(c);
+  free_recs_.push_back(id);
+}
+
+void CacheManager::Touch(SessionRec& s, double now) {
+  s.last_active = now;
+  for (int32_t id : s.chunks) recs_[id].last_active = std::max(recs_[id].last_active, now);
+}
+
+void CacheManager::AddSession(SessionId s, double now) {
+  MNEMO_CHECK(!HasSession(s));
+  sessions_[s].last_active = now;
+}
+
+void CacheManager::RemoveSession(SessionId s) {
+  auto it = sessions_.find(s);
+  if (it == sessions_.end()) return;
+  MNEMO_CHECK(!it->second.acquired);
+  for (int32_t id : it->second.chunks) Unref(id);
+  sessions_.erase(it);
+}
+
+void CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) {
+  SessionRec& a = sessions_.at(src);
+  MNEMO_CHECK(!a.acquired && !HasSession(dst) && n_tokens <= a.kv_tokens);
+  SessionRec& b = sessions_[dst];
+  const int full = n_tokens / kBlockTokens;
+  for (int i = 0; i < full; i++) {
+    b.chunks.push_back(a.chunks[i]);
+    recs_[a.chunks[i]].refs++;
+  }
+  if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: recomputed when needed
+    int32_t id = NewRec(full * kBlockTokens);
+    recs_[id].length = n_tokens % kBlockTokens;
+    b.chunks.push_back(id);
+  }
+  b.kv_tokens = n_tokens;
+  Touch(b, now);
+}
+
+void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens) {
+  SessionRec& S = sessions_.at(s);
+  S.kv_tokens = std::max(S.kv_tokens, n_tokens);
+  while (static_cast<int>(S.chunks.size()) < ChunksFor(S.kv_tokens)) {
+    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
+    S.chunks.push_back(id);
+  }
+  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, S.kv_tokens - recs_[id].begin);
+  MNEMO_CHECK(chunk < static_cast<int>(S.chunks.size()));
+  ChunkRec& c = recs_[S.chunks[chunk]];
+  MNEMO_CHECK(c.tier == Tier::kNone && pool(tier).Take(block));
+  c.tier = tier;
+  c.block = block;
+}
+
+std::vector<Tier> CacheManager::Residency(SessionId s) const {
+  std::vector<Tier> r;
+  for (int32_t id : sessions_.at(s).chunks) r.push_back(recs_[id].tier);
+  return r;
+}
+
+int CacheManager::kv_tokens(SessionId s) const { return sessions_.at(s).kv_tokens; }
+
+bool CacheManager::acquired(SessionId s) const {
+  auto it = sessions_.find(s);
+  return it != sessions_.end() && it->second.acquired;
+}
+
+uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool queue) {
+  ChunkRec& c = recs_[rec];
+  TransferOp op;
+  op.id = next_op_++;
+  op.src = c.tier;
+  op.src_block = c.block;
+  op.dst = dst;
+  op.dst_block = dst_block;
+  for (const auto& [sid, S] : sessions_) {  // name an owner for disk headers
+    auto it = std::find(S.chunks.begin(), S.chunks.end(), rec);
+    if (it != S.chunks.end()) {
+      op.session = sid;
+      op.chunk = static_cast<int>(it - S.chunks.begin());
+      break;
+    }
+  }
+  c.op = op.id;
+  in_flight_[op.id] = InFlight{op, rec};
+  if (op.src == Tier::kT0 && dst != Tier::kT0) stats_.swap_outs++;
+  if (op.src == Tier::kT1 && dst == Tier::kT0) stats_.swap_ins++;
+  if (dst == Tier::kT2) stats_.disk_writes++;
+  if (op.src == Tier::kT2) stats_.disk_reads++;
+  if (queue) queued_.push_back(op);
+  return op.id;
+}
+
+std::vector<int32_t> CacheManager::Victims(Tier t, double now, size_t max_n) {
+  std::vector<std::pair<std::pair<double, double>, int32_t>> cands;
+  for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
+    const ChunkRec& c = recs_[id];
+    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0) continue;
+    EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1),
+                        std::max(0.0, now - c.last_active), c.last_active};
+    cands.push_back({policy_->Key(e), id});
+  }
+  size_t n = std::min(max_n, cands.size());
+  std::partial_sort(cands.begin(), cands.begin() + n, cands.end());
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < n; i++) out.push_back(cands[i].second);
+  return out;
+}
+
+int32_t CacheManager::AllocateIn(Tier t, double now) {
+  BlockAllocator& a = pool(t);
+  int32_t b = a.Allocate();
+  if (b >= 0) return b;
+  auto v = Victims(t, now, 1);
+  if (v.empty()) return -1;
+  ChunkRec& c = recs_[v[0]];
+  stats_.evictions[static_cast<int>(t)]++;
+  if (t == Tier::kT1 && config_.t2_blocks > 0) {  // spill to disk; the T1 block frees later
+    int32_t d = AllocateIn(Tier::kT2, now);
+    if (d >= 0) {
+      StartOp(v[0], Tier::kT2, d, true);
+      return -1;
+    }
+  }
+  FreeData(c);  // only the raw tokens remain
+  stats_.drops++;
+  return a.Allocate();
+}
+
+int CacheManager::EvictFromT0(int n, double now) {
+  int freed_now = 0;
+  for (int32_t id : Victims(Tier::kT0, now, n)) {
+    ChunkRec& c = recs_[id];
+    stats_.evictions[0]++;
+    int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
+    if (b >= 0) {
+      StartOp(id, Tier::kT1, b, true);
+      continue;
+    }
+    b = config_.t2_blocks > 0 ? AllocateIn(Tier::kT2, now) : -1;
+    if (b >= 0) {
+      StartOp(id, Tier::kT2, b, true);
+      continue;
+    }
+    FreeData(c);
+    stats_.drops++;
+    freed_now++;
+  }
+  return freed_now;
+}
+
+int CacheManager::PinnedT0Blocks() const {
+  int n = 0;
+  for (const ChunkRec& c : recs_) n += (c.refs > 0 && c.pins > 0);
+  return n;
+}
+
+Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired* out) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired && n_tokens >= S.kv_tokens);
+  const int n_chunks = ChunksFor(n_tokens);
+  if (n_chunks > admission_blocks()) return Admission::kImpossible;
+  Touch(S, now);
+
+  int already_pinned = 0, need_blocks = n_chunks - static_cast<int>(S.chunks.size());
+  bool wait = false;
+  for (int32_t id : S.chunks) {
+    ChunkRec& c = recs_[id];
+    already_pinned += c.pins > 0;
+    if (c.tier != Tier::kT0) need_blocks++;
+    if (c.op != 0) {
+      // A demotion out of T0 can be revived; loads and spills must land first.
+      if (!(c.tier == Tier::kT0 && in_flight_.at(c.op).op.dst != Tier::kT0)) wait = true;
+    }
+  }
+  if (PinnedT0Blocks() + n_chunks - already_pinned > admission_blocks()) return Admission::kLater;
+
+  // Pin our own chunks while making room, so that they are not the victims.
+  for (int32_t id : S.chunks) recs_[id].pins++;
+  for (int32_t id : S.chunks) {  // bring disk chunks up: straight to T0 if there is room, else T1
+    ChunkRec& c = recs_[id];
+    if (c.tier != Tier::kT2 || c.op != 0) continue;
+    wait = true;
+    Tier dst = Tier::kT0;
+    int32_t b = t0_.Allocate();
+    if (b < 0 && config_.t1_blocks > 0) {
+      dst = Tier::kT1;
+      b = AllocateIn(Tier::kT1, now);
+    }
+    if (b >= 0) StartOp(id, dst, b, true);
+  }
+  // Start making room even while waiting, so that admission progresses.
+  if (t0_.num_free() < need_blocks) EvictFromT0(need_blocks - t0_.num_free(), now);
+  for (int32_t id : S.chunks) recs_[id].pins--;
+  if (wait || t0_.num_free() < need_blocks) return Admission::kLater;
+
+  // Everything fits: pin and map every chunk to a T0 block.
+  *out = Acquired{};
+  S.acquired = true;
+  out->block_table.resize(n_chunks);
+  for (int i = 0; i < n_chunks; i++) {
+    if (i >= static_cast<int>(S.chunks.size())) S.chunks.push_back(NewRec(i * kBlockTokens));
+    const int32_t id = S.chunks[i];
+    ChunkRec& c = recs_[id];
+    c.pins++;
+    const int valid = std::clamp(S.kv_tokens - c.begin, 0, kBlockTokens);
+    switch (c.tier) {
+      case Tier::kT0:
+        if (c.op != 0) c.revived = true;  // keep using the T0 copy; the demotion is discarded
+        out->block_table[i] = c.block;
+        out->hit_tokens[c.from_disk ? 2 : 0] += valid;
+        c.from_disk = false;
+        break;
+      case Tier::kT1: {
+        int32_t b = t0_.Allocate();
+        MNEMO_CHECK(b >= 0);
+        uint64_t op = StartOp(id, Tier::kT0, b, false);
+        out->swap_ins.push_back(in_flight_.at(op).op);
+        out->block_table[i] = b;
+        out->hit_tokens[c.from_disk ? 2 : 1] += valid;
+        c.from_disk = false;
+        break;
+      }
+      case Tier::kT2:
+        MNEMO_CHECK(false);  // waited for above
+        break;
+      case Tier::kNone:
+        c.block = t0_.Allocate();
+        MNEMO_CHECK(c.block >= 0);
+        c.tier = Tier::kT0;
+        out->block_table[i] = c.block;
+        if (valid > 0) out->recompute.push_back(i);
+        break;
+    }
+  }
+  return Admission::kOk;
+}
+
+bool CacheManager::Grow(SessionId s, int n_tokens, std::vector<int32_t>* table) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(S.acquired);
+  while (static_cast<int>(S.chunks.size()) < ChunksFor(n_tokens)) {
+    int32_t b = t0_.Allocate();
+    if (b < 0 && EvictFromT0(1, S.last_active) > 0) b = t0_.Allocate();
+    if (b < 0) return false;
+    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
+    recs_[id].tier = Tier::kT0;
+    recs_[id].block = b;
+    recs_[id].pins = 1;
+    recs_[id].last_active = S.last_active;
+    S.chunks.push_back(id);
+    table->push_back(b);
+  }
+  return true;
+}
+
+void CacheManager::Release(SessionId s, int kv_tokens, double now) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(S.acquired);
+  S.acquired = false;
+  for (int32_t id : S.chunks) recs_[id].pins--;
+  while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= kv_tokens) {
+    Unref(S.chunks.back());
+    S.chunks.pop_back();
+  }
+  S.kv_tokens = kv_tokens;
+  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, kv_tokens - recs_[id].begin);
+  Touch(S, now);
+}
+
+void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
+  Release(s, kv_tokens, now);
+  SessionRec& S = sessions_.at(s);
+  for (int32_t id : S.chunks) {
+    ChunkRec& c = recs_[id];
+    if (c.tier != Tier::kT0 || c.pins > 0 || c.op != 0) continue;
+    stats_.evictions[0]++;
+    int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
+    if (b < 0 && config_.t2_blocks > 0) {
+      b = AllocateIn(Tier::kT2, now);
+      if (b >= 0) {
+        StartOp(id, Tier::kT2, b, true);
+        continue;
+      }
+    }
+    if (b >= 0) {
+      StartOp(id, Tier::kT1, b, true);
+    } else {
+      FreeData(c);
+      stats_.drops++;
+    }
+  }
+}
+
+void CacheManager::Maintain(int32_t free_target, double now) {
+  int pending = 0;
+  for (const auto& [id, f] : in_flight_) {
+    pending += f.op.src == Tier::kT0 && f.op.dst != Tier::kT0 && !recs_[f.rec].revived;
+  }
+  int short_by = free_target - t0_.num_free() - pending;
+  if (short_by > 0) EvictFromT0(short_by, now);
+  if (config_.t1_blocks > 0 && config_.t2_blocks > 0) {
+    const int t1_target = std::max(1, config_.t1_blocks / 16);
+    int spilling = 0;
+    for (const auto& [id, f] : in_flight_) spilling += f.op.src == Tier::kT1 && f.op.dst == Tier::kT2;
+    for (int32_t id : Victims(Tier::kT1, now, std::max(0, t1_target - t1_.num_free() - spilling))) {
+      int32_t d = AllocateIn(Tier::kT2, now);
+      if (d < 0) break;
+      stats_.evictions[1]++;
+      StartOp(id, Tier::kT2, d, true);
+    }
+  }
+}
+
+std::vector<TransferOp> CacheManager::TakeTransfers() {
+  std::vector<TransferOp> out;
+  out.swap(queued_);
+  return out;
+}
+
+void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
+  auto it = in_flight_.find(op_id);
+  MNEMO_CHECK(it != in_flight_.end());
+  const TransferOp op = it->second.op;
+  const int32_t id = it->second.rec;
+  in_flight_.erase(it);
+  ChunkRec& c = recs_[id];
+  c.op = 0;
+  if (c.revived) {  // a demotion whose source is in use again: keep the source
+    c.revived = false;
+    pool(op.dst).Free(op.dst_block);
+  } else if (ok) {
+    pool(op.src).Free(op.src_block);
+    c.tier = op.dst;
+    c.block = op.dst_block;
+    if (op.src == Tier::kT2) c.from_disk = true;
+  } else {
+    pool(op.dst).Free(op.dst_block);
+    if (op.src == Tier::kT2 || op.dst == Tier::kT2) {
+      // Unreadable disk data is never used; a failed disk write loses nothing that the raw
+      // tokens cannot rebuild.
+      stats_.failed_reads += op.src == Tier::kT2;
+      if (op.src == Tier::kT2 || c.pins == 0) {
+        FreeData(c);
+        stats_.drops++;
+      }
+    }
+  }
+  if (c.refs == 0) {
+    FreeData(c);
+    free_recs_.push_back(id);
+  }
+}
+
+bool CacheManager::CheckInvariants() const {
+  std::vector<int> owners[3] = {std::vector<int>(config_.t0_blocks), std::vector<int>(config_.t1_blocks),
+                                std::vector<int>(config_.t2_blocks)};
+  for (const ChunkRec& c : recs_) {
+    if (c.refs == 0 && c.op == 0) continue;
+    if (c.tier != Tier::kNone) owners[static_cast<int>(c.tier)][c.block]++;
+  }
+  for (const auto& [opid, f] : in_flight_) owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
+  const BlockAllocator* pools[3] = {&t0_, &t1_, &t2_};
+  for (int t = 0; t < 3; t++) {
+    for (int32_t b = 0; b < pools[t]->capacity(); b++) {
+      int want = pools[t]->IsFree(b) ? 0 : 1;
+      if (owners[t][b] != want) return false;
+    }
+  }
+  for (const auto& [sid, S] : sessions_) {
+    for (int32_t id : S.chunks) {
+      if (recs_[id].refs <= 0) return false;
+      if (S.acquired && recs_[id].pins <= 0) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,65 @@
+// Eviction policies: which cached chunk to demote first. A policy maps a candidate to a key; the
+// candidate with the smallest key goes first.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "base/status.h"
+
+namespace mnemo {
+
+// Recompute cost of a chunk, in FLOPs per layer-agnostic units: linear in its length (the
+// projections) plus attention over every earlier position (causal: grows with the start s).
+struct CostModel {
+  double per_token = 1.0;      // FLOPs to push one token through the linear layers
+  double per_token_ctx = 0.0;  // FLOPs per (query token, key position) pair in attention
+
+  // Cost of recomputing positions [s, s + l).
+  double Cost(int s, int l) const {
+    return per_token * l + per_token_ctx * (double(l) * s + 0.5 * double(l) * (l + 1));
+  }
+};
+
+// What a policy sees of one evictable chunk.
+struct EvictionCandidate {
+  int chunk_index;     // position / kBlockTokens of the chunk's first token
+  int begin;           // first position
+  int length;          // valid positions in the chunk
+  double idle_s;       // seconds since the owning session was last active (>= 0)
+  double last_active;  // time the owning session was last active (seconds, engine clock)
+};
+
+class EvictionPolicy {
+ public:
+  virtual ~EvictionPolicy() = default;
+  virtual const char* name() const = 0;
+  // Smaller keys are evicted first. Ties in the first element break on the second.
+  virtual std::pair<double, double> Key(const EvictionCandidate& c) const = 0;
+};
+
+// Pensieve: retention value V = Cost(s, l) / T_idle, lowest first, so leading chunks (cheap to
+// recompute) of idle sessions go before the tails of active ones.
+class PensievePolicy : public EvictionPolicy {
+ public:
+  explicit PensievePolicy(CostModel cost) : cost_(cost) {}
+  const char* name() const override { return "pensieve"; }
+  std::pair<double, double> Key(const EvictionCandidate& c) const override;
+
+ private:
+  CostModel cost_;
+};
+
+// Baseline: least recently used session first; within it, the last chunk first (as a prefix
+// cache frees a sequence's blocks from the tail).
+class LruPolicy : public EvictionPolicy {
+ public:
+  const char* name() const override { return "lru"; }
+  std::pair<double, double> Key(const EvictionCandidate& c) const override;
+};
+
+// "pensieve" or "lru".
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(const std::string& name, CostModel cost);
+
+}  // namespace mnemo
