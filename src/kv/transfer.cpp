@@ -1,0 +1,155 @@
+#include "kv/transfer.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace mnemo {
+namespace {
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void SwapInGroup::WaitLayer(int l) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (layers_done_ > l) return;
+  double t0 = Now();
+  cv_.wait(lock, [&] { return layers_done_ > l; });
+  waited_ += Now() - t0;
+}
+
+TransferEngine::TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2)
+    : t0_(t0), t1_(t1), t2_(t2), staging_(t0->shape().BlockBytes()) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+TransferEngine::~TransferEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<SwapInGroup> TransferEngine::SubmitSwapIns(const std::vector<TransferOp>& ops) {
+  auto g = std::make_shared<SwapInGroup>();
+  g->ops_ = ops;
+  g->n_layers_ = t0_->shape().n_layers;
+  if (ops.empty()) {
+    g->layers_done_ = g->n_layers_;
+    return g;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    groups_.push_back(g);
+  }
+  cv_.notify_all();
+  return g;
+}
+
+void TransferEngine::Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids) {
+  if (ops.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < ops.size(); i++) jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}});
+  }
+  cv_.notify_all();
+}
+
+std::vector<std::pair<uint64_t, bool>> TransferEngine::TakeCompleted() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, bool>> out;
+  out.swap(completed_);
+  return out;
+}
+
+void TransferEngine::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return groups_.empty() && jobs_.empty() && busy_ == 0; });
+}
+
+TransferStats TransferEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void TransferEngine::Run() {
+  for (;;) {
+    std::shared_ptr<SwapInGroup> group;
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !groups_.empty() || !jobs_.empty(); });
+      if (stop_ && groups_.empty() && jobs_.empty()) return;
+      if (!groups_.empty()) {  // swap-ins first
+        group = groups_.front();
+        groups_.pop_front();
+      } else {
+        job = jobs_.front();
+        jobs_.pop_front();
+      }
+      busy_++;
+    }
+    std::vector<std::pair<uint64_t, bool>> done;
+    if (group) {
+      RunGroup(*group);
+      for (const auto& op : group->ops_) done.push_back({op.id, true});
+    } else {
+      done.push_back({job.op.id, RunJob(job)});
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      completed_.insert(completed_.end(), done.begin(), done.end());
+      busy_--;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void TransferEngine::RunGroup(SwapInGroup& g) {
+  const size_t lb = t0_->shape().LayerBlockBytes();
+  double t0 = Now();
+  for (int l = 0; l < g.n_layers_; l++) {
+    for (const auto& op : g.ops_) std::memcpy(t0_->block(l, op.dst_block), t1_->block(l, op.src_block), lb);
+    {
+      std::lock_guard<std::mutex> lock(g.mu_);
+      g.layers_done_ = l + 1;
+    }
+    g.cv_.notify_all();
+  }
+  g.copy_seconds_ = Now() - t0;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_in += int64_t(lb) * g.n_layers_ * g.ops_.size();
+}
+
+bool TransferEngine::RunJob(const Job& j) {
+  const TransferOp& op = j.op;
+  const int n_layers = t0_->shape().n_layers;
+  const size_t lb = t0_->shape().LayerBlockBytes();
+  bool ok = true;
+  if (op.dst == Tier::kT2) {
+    KvStorage* src = storage(op.src);
+    for (int l = 0; l < n_layers; l++) std::memcpy(staging_.data() + lb * l, src->block(l, op.src_block), lb);
+    ok = t2_ && t2_->Write(op.dst_block, j.id, staging_.data()).ok();
+  } else if (op.src == Tier::kT2) {
+    ok = t2_ && t2_->Read(op.src_block, j.id, staging_.data()).ok();
+    if (ok) {
+      KvStorage* dst = storage(op.dst);
+      for (int l = 0; l < n_layers; l++) std::memcpy(dst->block(l, op.dst_block), staging_.data() + lb * l, lb);
+    }
+  } else {
+    KvStorage* src = storage(op.src);
+    KvStorage* dst = storage(op.dst);
+    for (int l = 0; l < n_layers; l++) std::memcpy(dst->block(l, op.dst_block), src->block(l, op.src_block), lb);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t bytes = int64_t(lb) * n_layers;
+  if (op.dst == Tier::kT0) stats_.bytes_in += bytes;
+  if (op.src == Tier::kT0) stats_.bytes_out += bytes;
+  if (op.dst == Tier::kT2) stats_.bytes_disk_w += bytes;
+  if (op.src == Tier::kT2) stats_.bytes_disk_r += bytes;
+  return ok;
+}
+
+}  // namespace mnemo

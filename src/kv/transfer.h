@@ -1,0 +1,101 @@
+// Carries out the cache manager's copies between tiers on its own thread: T0 <-> T1 memory copies
+// and T2 disk reads and writes. Swap-ins for the running step have priority over everything else
+// and are pipelined by layer: layer l of every block of a group lands before layer l + 1, and the
+// forward pass waits only for the layer it is about to read.
+//
+// Threading: Submit*/TakeCompleted are called by the engine thread; SwapInGroup::WaitLayer by the
+// thread running the forward pass (the engine thread). The pools' blocks named by an op must not
+// be touched by anyone else until the op completes (the cache manager guarantees it).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kv/cache_manager.h"
+#include "kv/disk_tier.h"
+#include "kv/kv_storage.h"
+
+namespace mnemo {
+
+// The swap-ins of one engine step.
+class SwapInGroup {
+ public:
+  // Blocks until layer l of every block in the group is in T0.
+  void WaitLayer(int l);
+  // Seconds the caller spent blocked in WaitLayer.
+  double waited_seconds() const { return waited_; }
+  // Seconds from the start of the first copy to the end of the last.
+  double copy_seconds() const { return copy_seconds_.load(); }
+  int n_ops() const { return static_cast<int>(ops_.size()); }
+
+ private:
+  friend class TransferEngine;
+  std::vector<TransferOp> ops_;
+  int n_layers_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int layers_done_ = 0;           // guarded by mu_
+  double waited_ = 0;             // touched by the waiting thread only
+  std::atomic<double> copy_seconds_{0};
+};
+
+struct TransferStats {
+  int64_t bytes_in = 0;        // bytes copied into T0
+  int64_t bytes_out = 0;       // bytes copied out of T0
+  int64_t bytes_disk_w = 0;    // bytes written to T2
+  int64_t bytes_disk_r = 0;    // bytes read from T2
+};
+
+class TransferEngine {
+ public:
+  // t1 and t2 may be null when those tiers are off. The pools must outlive the engine.
+  TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Starts the swap-ins (all T1 -> T0) of one step ahead of any queued work.
+  std::shared_ptr<SwapInGroup> SubmitSwapIns(const std::vector<TransferOp>& ops);
+  // Queues background copies. disk_ids[i] names the chunk of ops[i] for T2 headers (ignored when
+  // the op does not involve T2).
+  void Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids);
+  // (op id, ok) of every op finished since the last call, swap-in groups included.
+  std::vector<std::pair<uint64_t, bool>> TakeCompleted();
+  // Blocks until every submitted op has finished.
+  void WaitIdle();
+  TransferStats stats() const;
+
+ private:
+  struct Job {
+    TransferOp op;
+    DiskSlotId id;
+  };
+  void Run();
+  void RunGroup(SwapInGroup& g);
+  bool RunJob(const Job& j);
+  KvStorage* storage(Tier t) const { return t == Tier::kT0 ? t0_ : t1_; }
+
+  KvStorage* t0_;
+  KvStorage* t1_;
+  DiskTier* t2_;
+  std::vector<char> staging_;  // [n_layers * layer_block_bytes] one block, for disk I/O
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // work arrived, or stop
+  std::condition_variable idle_cv_;  // work finished
+  std::deque<std::shared_ptr<SwapInGroup>> groups_;
+  std::deque<Job> jobs_;
+  std::vector<std::pair<uint64_t, bool>> completed_;
+  int busy_ = 0;  // items taken off the queues but not finished
+  bool stop_ = false;
+  TransferStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace mnemo
