@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "base/dtype.h"
 
@@ -24,6 +26,9 @@ class Linear {
   // returning unless the layout is used as is, in which case src must outlive the Linear
   // (mmapped weights do).
   static Linear Create(DType t, const void* src, int out, int in, Precision p);
+  // Like Create, but the Linear takes the weight bytes (e.g. rows fused from several matrices) and
+  // frees them as soon as it has repacked them, or keeps them if it uses them as they are.
+  static Linear CreateOwned(DType t, std::vector<uint8_t> src, int out, int in, Precision p);
 
   Linear();
   ~Linear();

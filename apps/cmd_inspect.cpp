@@ -1,0 +1,53 @@
+// mnemo inspect / make-model: model file tools.
+#include <cstdio>
+
+#include "commands.h"
+#include "format/describe.h"
+#include "format/make_model.h"
+
+namespace mnemo::app {
+
+void RegisterInspect(CLI::App& app) {
+  struct Flags {
+    std::string path, tokenizer;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("inspect", "print a model's architecture, tokenizer and tensors");
+  cmd->add_option("FILE", f->path, "model file (GGUF or llama2.c .bin)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
+  cmd->callback([f] {
+    auto text = DescribeFile(f->path, f->tokenizer);
+    if (!text.ok()) {
+      std::fprintf(stderr, "error: %s\n", text.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+    std::fputs(text->c_str(), stdout);
+  });
+}
+
+void RegisterMakeModel(CLI::App& app) {
+  struct Flags {
+    MakeModelOptions opt;
+    std::string dtype = "f16";
+  };
+  auto f = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand("make-model", "write a GGUF with random weights of a realistic shape");
+  std::string presets;
+  for (const auto& p : PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
+  cmd->add_option("--preset", f->opt.preset, "shape: " + presets)->required()->check(CLI::IsMember(PresetNames()));
+  cmd->add_option("--dtype", f->dtype, "matrix type: f32, f16, bf16 or q8_0")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
+  cmd->add_option("--seed", f->opt.seed, "random seed");
+  cmd->add_option("--vocab", f->opt.vocab_path, "GGUF to take the tokenizer from")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out", f->opt.output_path, "output GGUF")->required();
+  cmd->callback([f] {
+    ParseDType(f->dtype, &f->opt.dtype);
+    Status st = MakeModel(f->opt);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace mnemo::app

@@ -1,0 +1,24 @@
+// Subcommands of the mnemo binary. Each Register* adds its CLI11 subcommand and its handler.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mnemo::app {
+
+// Options every model-running command shares.
+struct RuntimeFlags {
+  int threads = 0;                  // kernel threads; 0 = all cores
+  std::string precision = "bf16";   // linear layers: f32 (exact) or bf16 (fast)
+  std::string kv_dtype = "";        // KV element type: f32, f16 or bf16; default f32 for f32 precision, else bf16
+};
+void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f);
+
+void RegisterGenerate(CLI::App& app);
+void RegisterInspect(CLI::App& app);
+void RegisterMakeModel(CLI::App& app);
+void RegisterBench(CLI::App& app);
+
+// Progress messages on stderr, only when stderr is a terminal.
+void Progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace mnemo::app

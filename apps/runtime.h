@@ -1,0 +1,27 @@
+// Loading a model for a command: file, tokenizer, prepared weights, runtime settings.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "commands.h"
+#include "format/model_file.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo::app {
+
+struct Runtime {
+  std::unique_ptr<ModelFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<LlamaModel> model;
+  DType kv_dtype = DType::BF16;
+};
+
+// Applies the thread count, opens the model (and llama2.c tokenizer file if given), builds the
+// tokenizer and prepares the weights for the chosen precision.
+Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& tokenizer_path,
+                            const RuntimeFlags& flags);
+
+}  // namespace mnemo::app

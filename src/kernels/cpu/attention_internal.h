@@ -1,0 +1,47 @@
+// Internal to src/kernels/cpu: the unit of work of PagedAttention and the kernels that run it.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace mnemo::kernels::detail {
+
+// Everything one PagedAttention call shares.
+struct AttnArgs {
+  const float* q;          // [rows, n_heads, head_dim]
+  const int32_t* q_pos;    // [rows]
+  const AttnSeq* seqs;     // [n_seqs]
+  const PagedKvLayer* kv;  // the layer's pool
+  int n_heads;             // query heads
+  int group;               // query heads per KV head (n_heads / n_kv_heads)
+  float scale;             // applied to q . k
+  float* out;              // [rows, n_heads, head_dim]
+};
+
+// One task: the query vectors [v0, v1) of one sequence and one KV head. Vector v is query row
+// seq.q_begin + v / group, query head kv_head * group + v % group; all of them read the same K/V.
+struct AttnTask {
+  int seq;      // index into seqs
+  int kv_head;  // KV head
+  int v0, v1;   // query vectors, v1 - v0 <= kAttnTileVecs
+};
+// Vectors per task: one per lane of an AVX-512 register in the wide kernel.
+constexpr int kAttnTileVecs = 16;
+// Tasks with at most this many vectors (decode) use the narrow kernel (lanes along head_dim).
+constexpr int kAttnNarrowVecs = 8;
+
+// Pointer to K (which = 0) or V (which = 1) rows of one block and KV head: [kBlockTokens, head_dim].
+inline const void* KvBlockPtr(const PagedKvLayer& kv, int32_t block, int which, int kv_head) {
+  size_t elem = kv.dtype == DType::F32 ? 4 : 2;
+  size_t idx = ((size_t(block) * 2 + which) * kv.n_kv_heads + kv_head) * size_t(kBlockTokens) *
+               kv.head_dim;
+  return static_cast<const char*>(kv.base) + idx * elem;
+}
+
+void AttnTaskRef(const AttnArgs& a, const AttnTask& t);
+// head_dim % 16 == 0 and head_dim <= kAttnMaxHeadDimAvx512 only; AVX-512F and F16C.
+constexpr int kAttnMaxHeadDimAvx512 = 256;
+void AttnTaskAvx512(const AttnArgs& a, const AttnTask& t);
+
+}  // namespace mnemo::kernels::detail

@@ -1,0 +1,189 @@
+// AVX-512 versions of the Linear kernels (gemv.h). Weight-streaming GEMVs: each weight byte is
+// read once per call for up to kMaxRows activation rows, accumulators stay in registers.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/simd_avx512.h"
+
+namespace mnemo::kernels::detail {
+namespace {
+
+// Splits n rows into groups of at most kMax, as even as possible, calling fn.template operator()<R>.
+template <int kMax, class Fn>
+void ForRowGroups(int n, Fn&& fn) {
+  const int groups = (n + kMax - 1) / kMax;
+  int j = 0;
+  for (int g = 0; g < groups; g++) {
+    const int r = (n - j) / (groups - g) + ((n - j) % (groups - g) != 0);
+    switch (r) {
+      case 1: fn.template operator()<1>(j); break;
+      case 2: fn.template operator()<2>(j); break;
+      case 3: fn.template operator()<3>(j); break;
+      case 4: fn.template operator()<4>(j); break;
+      case 5: if constexpr (kMax >= 5) fn.template operator()<5>(j); break;
+      case 6: if constexpr (kMax >= 6) fn.template operator()<6>(j); break;
+      case 7: if constexpr (kMax >= 7) fn.template operator()<7>(j); break;
+      case 8: if constexpr (kMax >= 8) fn.template operator()<8>(j); break;
+    }
+    j += r;
+  }
+}
+
+inline __m512bh AsBh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+
+// Rows [j0, j0 + R) of x against one 64-output block of bf16 weights (all its k tiles).
+template <int R>
+void Bf16Block(const uint16_t* wb, int k_tiles, const uint16_t* x, int ldx, float* y, int ldy,
+               int valid) {
+  __m512 acc[R][4];
+  for (int j = 0; j < R; j++)
+    for (int c = 0; c < 4; c++) acc[j][c] = _mm512_setzero_ps();
+  for (int kt = 0; kt < k_tiles; kt++) {
+    const uint16_t* tile = wb + size_t(kt) * kBf16TileElems;
+    _mm_prefetch(reinterpret_cast<const char*>(tile + 8 * kBf16TileElems), _MM_HINT_T0);
+    for (int kk = 0; kk < kBf16TileIn / 2; kk++) {
+      const uint16_t* row = tile + kk * 2 * kBf16TileOut;  // 64 outputs x 2 inputs
+      __m512i w0 = _mm512_loadu_si512(row);
+      __m512i w1 = _mm512_loadu_si512(row + 32);
+      __m512i w2 = _mm512_loadu_si512(row + 64);
+      __m512i w3 = _mm512_loadu_si512(row + 96);
+      for (int j = 0; j < R; j++) {
+        int32_t pair;
+        std::memcpy(&pair, x + size_t(j) * ldx + kt * kBf16TileIn + 2 * kk, 4);
+        __m512i xp = _mm512_set1_epi32(pair);
+        acc[j][0] = _mm512_dpbf16_ps(acc[j][0], AsBh(w0), AsBh(xp));
+        acc[j][1] = _mm512_dpbf16_ps(acc[j][1], AsBh(w1), AsBh(xp));
+        acc[j][2] = _mm512_dpbf16_ps(acc[j][2], AsBh(w2), AsBh(xp));
+        acc[j][3] = _mm512_dpbf16_ps(acc[j][3], AsBh(w3), AsBh(xp));
+      }
+    }
+  }
+  for (int j = 0; j < R; j++) {
+    for (int c = 0; c < 4; c++) {
+      _mm512_mask_storeu_ps(y + size_t(j) * ldy + c * 16, TailMask(valid - c * 16), acc[j][c]);
+    }
+  }
+}
+
+// Rows [j0, j0 + R) against one 16-output q8 panel (all its 32-input blocks).
+template <int R>
+void Q8Panel(const uint8_t* panel, int n_blocks, const uint8_t* xq, const float* xd, int in,
+             float* y, int ldy, int valid) {
+  __m512 acc[R];
+  for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
+  for (int b = 0; b < n_blocks; b++) {
+    const uint8_t* rec = panel + size_t(b) * kQ8RecordBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 6 * kQ8RecordBytes), _MM_HINT_T0);
+    __m512i w[8];
+    for (int qd = 0; qd < 8; qd++) w[qd] = _mm512_loadu_si512(rec + 64 * qd);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 512)));
+    const __m512i corr = _mm512_slli_epi32(
+        _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 544))), 7);
+    for (int j = 0; j < R; j++) {
+      const uint8_t* xb = xq + size_t(j) * in + b * kQ8Block;
+      __m512i dot = corr;
+      for (int qd = 0; qd < 8; qd++) {
+        int32_t quad;
+        std::memcpy(&quad, xb + 4 * qd, 4);
+        dot = _mm512_dpbusd_epi32(dot, _mm512_set1_epi32(quad), w[qd]);
+      }
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xd[size_t(j) * (in / kQ8Block) + b]));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[j]);
+    }
+  }
+  for (int j = 0; j < R; j++) _mm512_mask_storeu_ps(y + size_t(j) * ldy, TailMask(valid), acc[j]);
+}
+
+// Rows [j0, j0 + R) of x against 4 consecutive f32 weight rows (or fewer: `rows`).
+template <int R>
+void F32Rows(const float* w, int in, int rows, const float* x, float* y, int ldy) {
+  __m512 acc[4][R];
+  for (int o = 0; o < 4; o++)
+    for (int j = 0; j < R; j++) acc[o][j] = _mm512_setzero_ps();
+  const float* wr[4];
+  for (int o = 0; o < 4; o++) wr[o] = w + size_t(std::min(o, rows - 1)) * in;
+  for (int k = 0; k < in; k += 16) {
+    const __mmask16 m = TailMask(in - k);
+    __m512 wv[4];
+    for (int o = 0; o < 4; o++) wv[o] = _mm512_maskz_loadu_ps(m, wr[o] + k);
+    for (int j = 0; j < R; j++) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + size_t(j) * in + k);
+      for (int o = 0; o < 4; o++) acc[o][j] = _mm512_fmadd_ps(wv[o], xv, acc[o][j]);
+    }
+  }
+  for (int o = 0; o < rows; o++)
+    for (int j = 0; j < R; j++) y[size_t(j) * ldy + o] = _mm512_reduce_add_ps(acc[o][j]);
+}
+
+}  // namespace
+
+void GemvBf16Avx512(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n, int o0,
+                    int o1, float* y, int ldy) {
+  const int k_tiles = s.in_pad / kBf16TileIn;
+  for (int ob = o0; ob < o1; ob += kBf16TileOut) {
+    const uint16_t* wb = w + size_t(ob / kBf16TileOut) * k_tiles * kBf16TileElems;
+    const int valid = std::min(kBf16TileOut, o1 - ob);
+    ForRowGroups<6>(n, [&]<int R>(int j) {
+      Bf16Block<R>(wb, k_tiles, x + size_t(j) * s.in_pad, s.in_pad, y + size_t(j) * ldy + ob, ldy,
+                   valid);
+    });
+  }
+}
+
+void QuantizeActQ8Avx512(const float* x, int n, int in, uint8_t* xq, float* xd) {
+  const int nb = in / kQ8Block;
+  const __m512i bias = _mm512_set1_epi32(128);
+  for (int j = 0; j < n; j++) {
+    for (int b = 0; b < nb; b++) {
+      const float* xb = x + size_t(j) * in + b * kQ8Block;
+      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float id = amax > 0 ? 127.0f / amax : 0.0f;
+      xd[size_t(j) * nb + b] = amax / 127.0f;
+      const __m512 vid = _mm512_set1_ps(id);
+      // cvtps_epi32 rounds to nearest even (default MXCSR), as nearbyint in the reference.
+      const __m512i q0 = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), bias);
+      const __m512i q1 = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)), bias);
+      uint8_t* dst = xq + size_t(j) * in + b * kQ8Block;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm512_cvtepi32_epi8(q1));
+    }
+  }
+}
+
+void GemvQ8Avx512(const uint8_t* w, const Q8Packed& s, const uint8_t* xq, const float* xd, int n,
+                  int o0, int o1, float* y, int ldy) {
+  const int nb = s.in / kQ8Block;
+  for (int p0 = o0; p0 < o1; p0 += kQ8PanelOut) {
+    const uint8_t* panel = w + size_t(p0 / kQ8PanelOut) * nb * kQ8RecordBytes;
+    const int valid = std::min(kQ8PanelOut, o1 - p0);
+    ForRowGroups<8>(n, [&]<int R>(int j) {
+      Q8Panel<R>(panel, nb, xq + size_t(j) * s.in, xd + size_t(j) * nb, s.in,
+                 y + size_t(j) * ldy + p0, ldy, valid);
+    });
+  }
+}
+
+void GemvF32Avx512(const float* w, int in, const float* x, int n, int o0, int o1, float* y,
+                   int ldy) {
+  for (int o = o0; o < o1; o += 4) {
+    const int rows = std::min(4, o1 - o);
+    ForRowGroups<4>(n, [&]<int R>(int j) {
+      F32Rows<R>(w + size_t(o) * in, in, rows, x + size_t(j) * in, y + size_t(j) * ldy + o, ldy);
+    });
+  }
+}
+
+void F32ToBf16Avx512(const float* src, uint16_t* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), F32ToBf16x16(_mm512_loadu_ps(src + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = TailMask(int(n - i));
+    _mm256_mask_storeu_epi16(dst + i, m, F32ToBf16x16(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+}  // namespace mnemo::kernels::detail

@@ -1,0 +1,195 @@
+#include "kernels/cpu/linear.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/status.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/matmul_dnnl.h"
+
+namespace mnemo::kernels {
+namespace {
+
+using namespace detail;
+
+// Up to this many rows, decode-style kernels stream the weights once for all rows; beyond, GEMM.
+// Measured on a 2-core Zen 4 (kernels_bench): see the report in tests/kernels/kernels_bench.cpp.
+constexpr int kGemvMaxRowsF32 = 4;
+constexpr int kGemvMaxRowsBf16 = 8;
+
+// Kernels picked once from CPUID.
+struct Dispatch {
+  decltype(&GemvF32Ref) gemv_f32 = GemvF32Ref;
+  decltype(&GemvBf16Ref) gemv_bf16 = GemvBf16Ref;
+  decltype(&GemvQ8Ref) gemv_q8 = GemvQ8Ref;
+  decltype(&QuantizeActQ8Ref) quant_q8 = QuantizeActQ8Ref;
+  decltype(&F32ToBf16Ref) to_bf16 = F32ToBf16Ref;
+};
+
+const Dispatch& Kernels() {
+  static const Dispatch d = [] {
+    Dispatch k;
+    const CpuFeatures& f = GetCpuFeatures();
+    if (f.avx512f) {
+      k.gemv_f32 = GemvF32Avx512;
+      k.to_bf16 = F32ToBf16Avx512;
+      k.quant_q8 = QuantizeActQ8Avx512;
+    }
+    if (f.avx512_bf16) k.gemv_bf16 = GemvBf16Avx512;
+    if (f.avx512_vnni) k.gemv_q8 = GemvQ8Avx512;
+    return k;
+  }();
+  return d;
+}
+
+// Runs fn(o0, o1) over [0, out) cut into chunks of a multiple of `align` outputs, in parallel.
+template <class Fn>
+void ParallelRows(int out, int align, Fn fn) {
+  const int threads = NumThreads();
+  int chunks_wanted = threads * 4;
+  int chunk = (out + chunks_wanted - 1) / chunks_wanted;
+  chunk = std::max(align, (chunk + align - 1) / align * align);
+  const int n_chunks = (out + chunk - 1) / chunk;
+  if (n_chunks == 1 || threads == 1) {
+    fn(0, out);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int c = 0; c < n_chunks; c++) fn(c * chunk, std::min(out, (c + 1) * chunk));
+}
+
+}  // namespace
+
+struct Linear::Impl {
+  DType dtype = DType::F32;          // weight type given at Create
+  Precision precision = Precision::kF32;
+  int out = 0;                       // output features
+  int in = 0;                        // input features
+  // kF32: the f32 weights, [out, in]: the caller's buffer for F32, else f32_own.
+  const float* w32 = nullptr;
+  std::vector<float> f32_own;        // [out, in]
+  // kBF16 from F32/F16/BF16: BA16a64b2a layout (gemv.h), shared by the GEMV and oneDNN.
+  Bf16Blocked bf16_shape;
+  std::vector<uint16_t> bf16;        // [out_pad * in_pad]
+  // kBF16 from Q8_0: VNNI panels (gemv.h).
+  Q8Packed q8_shape;
+  std::vector<uint8_t> q8;           // [out_pad / 16 * in / 32 * 576]
+  std::shared_ptr<const std::vector<uint8_t>> owned_src;  // CreateOwned: the weight bytes w32 points into
+};
+
+Linear::Linear() = default;
+Linear::~Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+
+Linear Linear::Create(DType t, const void* src, int out, int in, Precision p) {
+  MNEMO_CHECK(out > 0 && in > 0);
+  MNEMO_CHECK_MSG(t != DType::Q8_0 || in % kQ8Block == 0, "Q8_0 weights need in % 32 == 0");
+  Linear lin;
+  lin.impl_ = std::make_unique<Impl>();
+  Impl& m = *lin.impl_;
+  m.dtype = t;
+  m.precision = p;
+  m.out = out;
+  m.in = in;
+  if (p == Precision::kF32) {
+    if (t == DType::F32) {
+      m.w32 = static_cast<const float*>(src);
+    } else {
+      m.f32_own.resize(size_t(out) * in);
+      const size_t row_bytes = DTypeBytes(t, in);
+#pragma omp parallel for schedule(static)
+      for (int o = 0; o < out; o++) {
+        ToF32(t, static_cast<const char*>(src) + o * row_bytes, m.f32_own.data() + size_t(o) * in,
+              in);
+      }
+      m.w32 = m.f32_own.data();
+    }
+  } else if (t == DType::Q8_0) {
+    m.q8_shape = Q8Packed{out, in, (out + kQ8PanelOut - 1) / kQ8PanelOut * kQ8PanelOut};
+    m.q8.resize(size_t(m.q8_shape.out_pad / kQ8PanelOut) * (in / kQ8Block) * kQ8RecordBytes);
+    PackQ8(static_cast<const BlockQ8_0*>(src), m.q8_shape, m.q8.data());
+  } else {
+    m.bf16_shape = Bf16Shape(out, in);
+    m.bf16.resize(size_t(m.bf16_shape.out_pad) * m.bf16_shape.in_pad);
+    PackBf16Blocked(t, src, m.bf16_shape, m.bf16.data());
+  }
+  return lin;
+}
+
+void Linear::Forward(const float* x, int n, float* y) const {
+  MNEMO_CHECK(impl_ && n >= 1);
+  const Impl& m = *impl_;
+  const Dispatch& k = Kernels();
+  if (m.precision == Precision::kF32) {
+    if (n <= kGemvMaxRowsF32) {
+      ParallelRows(m.out, 16, [&](int o0, int o1) { k.gemv_f32(m.w32, m.in, x, n, o0, o1, y, m.out); });
+    } else {
+      DnnlMatmulF32(m.w32, m.out, m.in, x, n, y);
+    }
+    return;
+  }
+  if (!m.q8.empty()) {
+    thread_local std::vector<uint8_t> xq;  // [n, in]
+    thread_local std::vector<float> xd;    // [n, in / 32]
+    xq.resize(size_t(n) * m.in);
+    xd.resize(size_t(n) * (m.in / kQ8Block));
+    // Thread-locals are named through plain pointers: inside the parallel region the names
+    // would refer to the worker threads' own (empty) instances.
+    const uint8_t* xq_p = xq.data();
+    const float* xd_p = xd.data();
+    k.quant_q8(x, n, m.in, xq.data(), xd.data());
+    ParallelRows(m.out, kQ8PanelOut, [&](int o0, int o1) {
+      k.gemv_q8(m.q8.data(), m.q8_shape, xq_p, xd_p, n, o0, o1, y, m.out);
+    });
+    return;
+  }
+  const Bf16Blocked& s = m.bf16_shape;
+  thread_local std::vector<uint16_t> xb;  // [n, in_pad] bf16, zero padded
+  xb.resize(size_t(n) * s.in_pad);
+  for (int j = 0; j < n; j++) {
+    k.to_bf16(x + size_t(j) * m.in, xb.data() + size_t(j) * s.in_pad, m.in);
+    std::fill(xb.data() + size_t(j) * s.in_pad + m.in, xb.data() + size_t(j + 1) * s.in_pad,
+              uint16_t(0));
+  }
+  if (n <= kGemvMaxRowsBf16) {
+    const uint16_t* xb_p = xb.data();  // see the q8 case
+    ParallelRows(m.out, kBf16TileOut, [&](int o0, int o1) {
+      k.gemv_bf16(m.bf16.data(), s, xb_p, n, o0, o1, y, m.out);
+    });
+  } else {
+    DnnlMatmulBf16(m.bf16.data(), s, xb.data(), n, y);
+  }
+}
+
+int Linear::out() const { return impl_ ? impl_->out : 0; }
+int Linear::in() const { return impl_ ? impl_->in : 0; }
+
+size_t Linear::weight_bytes() const {
+  if (!impl_) return 0;
+  const Impl& m = *impl_;
+  if (m.precision == Precision::kF32) return size_t(m.out) * m.in * sizeof(float);
+  if (!m.q8.empty()) return m.q8.size();
+  return m.bf16.size() * sizeof(uint16_t);
+}
+
+}  // namespace mnemo::kernels
+
+namespace mnemo::kernels {
+
+// Added by the lead for fused matrices (QKV, gate+up): only the kF32 path over F32 weights uses
+// the caller's buffer as is; then the Linear keeps the bytes alive itself.
+Linear Linear::CreateOwned(DType t, std::vector<uint8_t> src, int out, int in, Precision p) {
+  Linear lin = Create(t, src.data(), out, in, p);
+  if (lin.impl_->w32 == reinterpret_cast<const float*>(src.data())) {
+    auto owned = std::make_shared<std::vector<uint8_t>>(std::move(src));
+    lin.impl_->w32 = reinterpret_cast<const float*>(owned->data());
+    lin.impl_->owned_src = std::move(owned);
+  }
+  return lin;
+}
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,79 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/cpu.h"
+#include "kernels/cpu/ops_internal.h"
+
+namespace mnemo::kernels {
+namespace {
+
+bool UseAvx512() {
+  static const bool yes = GetCpuFeatures().avx512f;
+  return yes;
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* w, int n, int dim, float eps, float* y) {
+  if (UseAvx512()) return detail::RmsNormAvx512(x, w, n, dim, eps, y);
+  for (int i = 0; i < n; i++) {
+    const float* xi = x + size_t(i) * dim;
+    float* yi = y + size_t(i) * dim;
+    float ss = 0;
+    for (int k = 0; k < dim; k++) ss += xi[k] * xi[k];
+    float inv = 1.0f / std::sqrt(ss / dim + eps);
+    for (int k = 0; k < dim; k++) yi[k] = w[k] * (inv * xi[k]);
+  }
+}
+
+// Angles are computed as llama2.c does (float powf, then pos * freq in float, cosf / sinf), so
+// that golden tests against it agree closely; the table is per call, shared by all heads.
+void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int rope_dims,
+          float theta) {
+  const int half = rope_dims / 2;
+  std::vector<float> freq(half);  // [rope_dims / 2]
+  for (int i = 0; i < half; i++) {
+    freq[i] = 1.0f / powf(theta, float(2 * i) / float(rope_dims));
+  }
+#pragma omp parallel for schedule(static) num_threads(NumThreads()) if (n >= 16)
+  for (int t = 0; t < n; t++) {
+    float cs[256], sn[256];  // cos / sin per pair, chunked to keep them on the stack
+    for (int i0 = 0; i0 < half; i0 += 256) {
+      const int i1 = std::min(half, i0 + 256);
+      for (int i = i0; i < i1; i++) {
+        float val = float(pos[t]) * freq[i];
+        cs[i - i0] = cosf(val);
+        sn[i - i0] = sinf(val);
+      }
+      for (int h = 0; h < n_heads; h++) {
+        float* xh = x + (size_t(t) * n_heads + h) * head_dim;
+        for (int i = i0; i < i1; i++) {
+          float v0 = xh[2 * i], v1 = xh[2 * i + 1];
+          float c = cs[i - i0], s = sn[i - i0];
+          xh[2 * i] = v0 * c - v1 * s;
+          xh[2 * i + 1] = v0 * s + v1 * c;
+        }
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
+  if (UseAvx512()) return detail::SwiGluAvx512(gate_up, n, ffn, out);
+  for (int j = 0; j < n; j++) {
+    const float* g = gate_up + size_t(j) * 2 * ffn;
+    const float* u = g + ffn;
+    float* o = out + size_t(j) * ffn;
+    for (int i = 0; i < ffn; i++) o[i] = g[i] * (1.0f / (1.0f + expf(-g[i]))) * u[i];
+  }
+}
+
+void AddInPlace(float* y, const float* x, size_t n) {
+  if (UseAvx512()) return detail::AddInPlaceAvx512(y, x, n);
+  for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+}  // namespace mnemo::kernels

@@ -1,0 +1,136 @@
+// Tokenizers built from a Vocab: SentencePiece-style BPE with byte fallback (model "llama", also
+// llama2.c's tok*.bin) and byte-level BPE (model "gpt2": GPT-2, Llama 3, Qwen2). Their output matches
+// llama.cpp's tokenizer (its test vectors) and llama2.c's run.c token for token.
+//
+// Thread safety: a Tokenizer is immutable after Create; all const methods may be called from any
+// number of threads at once. A StreamDecoder belongs to one thread (one response stream).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/vocab.h"
+
+namespace mnemo {
+
+inline constexpr int32_t kNoToken = -1;
+
+namespace internal {
+// std::string -> int32_t map that can be searched with a std::string_view (no temporary string).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+}  // namespace internal
+
+class Tokenizer {
+ public:
+  // Validates the vocab (known model and pre-tokenizer, array sizes, special ids in range, parsable
+  // merges) and builds the lookup tables. Copies what it needs: the Vocab may be freed afterwards.
+  // Cost: O(n_vocab + n_merges) time and memory.
+  static Result<std::unique_ptr<Tokenizer>> Create(const Vocab& vocab);
+
+  virtual ~Tokenizer() = default;
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Encodes text (any bytes; invalid UTF-8 never fails: SPM byte-falls-back each stray byte, BPE
+  // replaces it by U+FFFD first, as llama.cpp does). add_special: prepend BOS / append EOS as the
+  // vocab's add_bos / add_eos say. parse_special: also recognise control-token texts such as "<s>"
+  // in the input (user-defined tokens are always recognised). Cost: O(n log n) in the text length.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special, bool parse_special = false) const;
+
+  // The bytes a token stands for in decoded text: SPM "▁" -> ' ' and "<0x0A>" -> byte 0x0A; BPE maps
+  // its byte-level characters back to bytes. Control and unknown tokens give "" unless `special`,
+  // then their text. A piece may be an incomplete UTF-8 sequence (byte tokens). Bad ids give "".
+  std::string TokenToPiece(int32_t id, bool special = false) const;
+
+  // The piece of `id` as it appears in decoded text when it follows token `prev` (kNoToken at the
+  // start of the text): for SPM vocabs with a dummy prefix, one leading space is dropped at the start
+  // of the text and right after BOS (llama.cpp drops it for the first token, run.c after BOS).
+  std::string DecodePiece(int32_t prev, int32_t id, bool special = false) const;
+
+  // Concatenated DecodePiece of ids (the bytes, not necessarily valid UTF-8). skip_special: control
+  // tokens give "" (else their text). For SPM, Decode(Encode(s, true)) == s for any s (valid UTF-8).
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = true) const;
+
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  int32_t unk() const { return unk_; }
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  const std::string& model() const { return model_; }  // "llama" or "gpt2"
+  bool IsControl(int32_t id) const;  // control (BOS, EOS, chat markers); false for bad ids
+  bool IsByte(int32_t id) const;     // SPM <0xXX> byte-fallback token
+  // End of generation: EOS, and control tokens that end a turn ("<|eot_id|>", "<|im_end|>",
+  // "<|endoftext|>", "<end_of_turn>", "<|end|>", "<|eom_id|>"). Note that llama2.c's run.c stops on BOS
+  // for TinyStories models; that is the caller's policy, not a vocab fact.
+  bool IsEog(int32_t id) const;
+  // Exact token text (as stored in the vocab, SPM spaces as U+2581) -> id, or kNoToken.
+  int32_t TokenId(std::string_view text) const;
+  const std::string& TokenText(int32_t id) const;  // precondition: 0 <= id < n_vocab()
+
+ protected:
+  explicit Tokenizer(const Vocab& vocab);
+  // Tokenizes one run of raw text (no special tokens in it). after_special: the run is at the start
+  // of the input or right after a special token (SPM adds its dummy prefix there).
+  virtual void EncodeRaw(std::string_view text, bool after_special, std::vector<int32_t>* out) const = 0;
+  // Piece of a normal token (type normal, or any type not handled by TokenToPiece itself).
+  virtual std::string NormalPiece(int32_t id) const = 0;
+  TokenType Type(int32_t id) const;
+
+  using StringMap = internal::StringMap;
+
+  std::string model_;                  // "llama" or "gpt2"
+  std::vector<std::string> tokens_;    // [n_vocab] token text
+  std::vector<float> scores_;          // [n_vocab] SPM merge priority (0 when the vocab has none)
+  std::vector<TokenType> types_;       // [n_vocab]
+  StringMap token_to_id_;              // text -> id; for duplicate texts the last id wins (llama.cpp)
+  std::vector<int32_t> special_ids_;   // control / user-defined / unknown ids, longest text first
+  std::vector<uint8_t> is_eog_;        // [n_vocab] 1 for end-of-generation tokens
+  int32_t bos_ = kNoToken;
+  int32_t eos_ = kNoToken;
+  int32_t unk_ = kNoToken;
+  bool add_bos_ = false;
+  bool add_eos_ = false;
+  bool add_space_prefix_ = false;  // SPM dummy prefix (also: strip one space when decoding)
+
+ private:
+  // Splits text at special-token occurrences (longest token texts first, as llama.cpp does).
+  struct Fragment {
+    int32_t token;          // kNoToken for raw text
+    std::string_view text;  // raw text when token == kNoToken
+  };
+  std::vector<Fragment> Partition(std::string_view text, bool parse_special) const;
+};
+
+// Incremental detokenizer for streaming: feed ids one by one, get text that only ever contains
+// complete UTF-8 characters (a byte-fallback token can end in the middle of a character, which then
+// waits for the next token). Bytes that can never form valid UTF-8 come out as U+FFFD (one per
+// maximal invalid subpart); for valid output the concatenation of Push()es and Flush() equals
+// Tokenizer::Decode of the same ids after `prev_token`.
+class StreamDecoder {
+ public:
+  // prev_token: the token before the first one pushed (e.g. the last prompt token), or kNoToken when
+  // the first pushed token starts the text. The tokenizer must outlive the decoder.
+  explicit StreamDecoder(const Tokenizer& tokenizer, int32_t prev_token = kNoToken, bool skip_special = true)
+      : tokenizer_(&tokenizer), prev_(prev_token), skip_special_(skip_special) {}
+
+  std::string Push(int32_t id);  // returns the newly completed text (possibly empty)
+  std::string Flush();           // returns what is still held back; an incomplete tail becomes U+FFFD
+
+ private:
+  const Tokenizer* tokenizer_;
+  int32_t prev_;         // last token pushed (or the one given at construction)
+  bool skip_special_;    // control tokens decode to ""
+  std::string pending_;  // bytes not yet returned: at most 3, an incomplete UTF-8 sequence
+};
+
+}  // namespace mnemo

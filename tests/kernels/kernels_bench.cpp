@@ -1,0 +1,232 @@
+// Microbenchmark of the CPU kernels at llama-110m shapes (dim 768, ffn 2048, 12 heads, 4 KV heads,
+// head_dim 64, vocab 32000). Not a test: prints GFLOP/s for GEMM, GB/s of weight streaming for
+// GEMV, and attention timings. Usage: kernels_bench [--quick] [--threads N]
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "base/block.h"
+#include "base/cpu.h"
+#include "base/dtype.h"
+#include "base/rng.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/matmul_dnnl.h"
+#include "kernels/cpu/ops.h"
+
+using namespace mnemo;
+using namespace mnemo::kernels;
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best time of several repetitions (the machine is shared: the minimum is the least disturbed).
+double TimeIt(const std::function<void()>& fn, double budget_s) {
+  fn();  // warm up: primitive creation, page faults
+  double best = 1e30, start = Now();
+  int reps = 0;
+  do {
+    double t0 = Now();
+    fn();
+    best = std::min(best, Now() - t0);
+    reps++;
+  } while ((Now() - start < budget_s || reps < 3) && reps < 1000);
+  return best;
+}
+
+std::vector<float> RandomVec(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (float& x : v) x = float(rng.Normal() * 0.5);
+  return v;
+}
+
+struct Shape {
+  const char* name;
+  int out, in;
+};
+const Shape kShapes[] = {{"qkv  ", 1280, 768}, {"gate+up", 4096, 768}, {"down ", 768, 2048},
+                         {"vocab", 32000, 768}};
+
+struct Mode {
+  const char* name;
+  DType t;
+  Precision p;
+};
+const Mode kModes[] = {{"f32/kF32", DType::F32, Precision::kF32},
+                       {"bf16/kBF16", DType::BF16, Precision::kBF16},
+                       {"q8_0/kBF16", DType::Q8_0, Precision::kBF16}};
+
+void BenchLinear(double budget) {
+  Rng rng(1);
+  printf("== Linear: GEMM n=512 (GFLOP/s) and GEMV n=1 (GB/s of weights), %d threads\n", NumThreads());
+  for (const Mode& m : kModes) {
+    for (const Shape& s : kShapes) {
+      std::vector<float> w = RandomVec(size_t(s.out) * s.in, rng);
+      std::vector<uint8_t> raw(DTypeBytes(m.t, w.size()));
+      FromF32(m.t, w.data(), raw.data(), w.size());
+      Linear lin = Linear::Create(m.t, raw.data(), s.out, s.in, m.p);
+      std::vector<float> x = RandomVec(size_t(512) * s.in, rng), y(size_t(512) * s.out);
+      double t512 = TimeIt([&] { lin.Forward(x.data(), 512, y.data()); }, budget);
+      double t1 = TimeIt([&] { lin.Forward(x.data(), 1, y.data()); }, budget);
+      printf("%-11s %-8s [%5d x %4d]  n=512: %7.1f GFLOP/s (%6.2f ms)   n=1: %6.1f GB/s (%7.1f us)\n",
+             m.name, s.name, s.out, s.in, 2.0 * 512 * s.out * s.in / t512 / 1e9, t512 * 1e3,
+             lin.weight_bytes() / t1 / 1e9, t1 * 1e6);
+    }
+  }
+}
+
+// Time per call against n for the decode kernel and the GEMM, to place the switch.
+void BenchCrossover(double budget) {
+  Rng rng(2);
+  const Shape s = kShapes[1];
+  printf("== GEMV vs GEMM crossover at [%d x %d] (us per call)\n", s.out, s.in);
+  std::vector<float> w = RandomVec(size_t(s.out) * s.in, rng);
+  detail::Bf16Blocked bs = detail::Bf16Shape(s.out, s.in);
+  std::vector<uint16_t> wb(size_t(bs.out_pad) * bs.in_pad);
+  detail::PackBf16Blocked(DType::F32, w.data(), bs, wb.data());
+  std::vector<BlockQ8_0> wq(size_t(s.out) * s.in / 32);
+  FromF32(DType::Q8_0, w.data(), wq.data(), w.size());
+  Linear lq = Linear::Create(DType::Q8_0, wq.data(), s.out, s.in, Precision::kBF16);
+  const int nt = NumThreads();
+  for (int n : {1, 2, 4, 6, 8, 12, 16, 24, 32, 64}) {
+    std::vector<float> x = RandomVec(size_t(n) * s.in, rng), y(size_t(n) * s.out);
+    std::vector<uint16_t> xb(size_t(n) * bs.in_pad);
+    for (int j = 0; j < n; j++) detail::F32ToBf16Ref(x.data() + j * s.in, xb.data() + j * bs.in_pad, s.in);
+    const int blocks = bs.out_pad / 64;
+    auto gemv = [&] {
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int b = 0; b < blocks; b++)
+        detail::GemvBf16Avx512(wb.data(), bs, xb.data(), n, b * 64, std::min(s.out, b * 64 + 64), y.data(), s.out);
+    };
+    double tg = GetCpuFeatures().avx512_bf16 ? TimeIt(gemv, budget) : NAN;
+    double td = TimeIt([&] { detail::DnnlMatmulBf16(wb.data(), bs, xb.data(), n, y.data()); }, budget);
+    auto gemv_f32 = [&] {
+#pragma omp parallel for num_threads(nt) schedule(static)
+      for (int b = 0; b < s.out / 64; b++)
+        detail::GemvF32Avx512(w.data(), s.in, x.data(), n, b * 64, b * 64 + 64, y.data(), s.out);
+    };
+    double tf32g = GetCpuFeatures().avx512f ? TimeIt(gemv_f32, budget) : NAN;
+    double tf32d = TimeIt([&] { detail::DnnlMatmulF32(w.data(), s.out, s.in, x.data(), n, y.data()); }, budget);
+    double tq = TimeIt([&] { lq.Forward(x.data(), n, y.data()); }, budget);
+    printf("n=%3d  bf16 gemv %8.1f  onednn bf16 %8.1f  | f32 gemv %8.1f  onednn f32 %8.1f  | q8 vnni %8.1f\n",
+           n, tg * 1e6, td * 1e6, tf32g * 1e6, tf32d * 1e6, tq * 1e6);
+  }
+}
+
+// The f32 GEMM backend choice: oneDNN (what Linear kF32 uses) against OpenBLAS sgemm.
+void BenchF32Gemm(double budget) {
+  Rng rng(5);
+  printf("== f32 GEMM: oneDNN vs OpenBLAS sgemm (GFLOP/s)\n");
+  openblas_set_num_threads(NumThreads());
+  for (const Shape& s : kShapes) {
+    std::vector<float> w = RandomVec(size_t(s.out) * s.in, rng);
+    for (int n : {64, 512}) {
+      std::vector<float> x = RandomVec(size_t(n) * s.in, rng), y(size_t(n) * s.out);
+      double td = TimeIt([&] { detail::DnnlMatmulF32(w.data(), s.out, s.in, x.data(), n, y.data()); }, budget);
+      double tb = TimeIt([&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, s.out, s.in, 1.0f, x.data(), s.in,
+                    w.data(), s.in, 0.0f, y.data(), s.out);
+      }, budget);
+      const double flop = 2.0 * n * s.out * s.in;
+      printf("%-8s [%5d x %4d] n=%3d  onednn %6.1f  openblas %6.1f\n", s.name, s.out, s.in, n,
+             flop / td / 1e9, flop / tb / 1e9);
+    }
+  }
+}
+
+void BenchAttention(double budget, bool quick) {
+  printf("== PagedAttention (12 heads, 4 KV heads, head_dim 64)\n");
+  const int n_heads = 12, n_kv = 4, hd = 64;
+  Rng rng(3);
+  for (DType t : {DType::F32, DType::BF16}) {
+    struct Case {
+      const char* name;
+      int n_seqs, n_ctx, n_q;
+    };
+    std::vector<Case> cases = {{"decode 32 seqs x ctx 512", 32, 512, 1},
+                               {"decode 1 seq x ctx 2048", 1, 2048, 1},
+                               {"prefill 512 / ctx 512", 1, 512, 512}};
+    if (!quick) cases.push_back({"prefill 2048 / ctx 2048", 1, 2048, 2048});
+    for (const Case& c : cases) {
+      const int blocks_per = (c.n_ctx + kBlockTokens - 1) / kBlockTokens;
+      const int n_blocks = blocks_per * c.n_seqs;
+      std::vector<uint8_t> pool(DTypeBytes(t, size_t(n_blocks) * 2 * n_kv * kBlockTokens * hd));
+      PagedKvLayer kv{pool.data(), t, n_kv, hd};
+      std::vector<int32_t> table(n_blocks);
+      std::iota(table.begin(), table.end(), 0);
+      for (int i = n_blocks - 1; i > 0; i--) std::swap(table[i], table[rng.Next() % (i + 1)]);
+      std::vector<int32_t> pos(c.n_ctx);
+      std::iota(pos.begin(), pos.end(), 0);
+      std::vector<float> kk = RandomVec(size_t(c.n_ctx) * n_kv * hd, rng), vv = kk;
+      for (int s = 0; s < c.n_seqs; s++)
+        KvWrite(kv, table.data() + s * blocks_per, pos.data(), c.n_ctx, kk.data(), vv.data());
+      std::vector<AttnSeq> seqs;
+      std::vector<int32_t> qpos;
+      for (int s = 0; s < c.n_seqs; s++) {
+        seqs.push_back({table.data() + s * blocks_per, c.n_ctx, int(qpos.size()), c.n_q});
+        for (int i = 0; i < c.n_q; i++) qpos.push_back(c.n_ctx - c.n_q + i);
+      }
+      std::vector<float> q = RandomVec(qpos.size() * n_heads * hd, rng), out(q.size());
+      double tm = TimeIt([&] {
+        PagedAttention(q.data(), qpos.data(), seqs.data(), c.n_seqs, kv, n_heads, 0.125f, out.data());
+      }, budget);
+      // Useful work: 4 flops per (query head, visible key, dim) pair.
+      double pairs = 0;
+      for (int s = 0; s < c.n_seqs; s++)
+        for (int i = 0; i < c.n_q; i++) pairs += c.n_ctx - c.n_q + i + 1;
+      double kv_bytes = double(c.n_seqs) * c.n_ctx * n_kv * hd * 2 * DTypeBytes(t, 1);
+      printf("%-5s %-26s %9.1f us  %7.1f GFLOP/s  %6.1f GB/s of K/V\n", DTypeName(t), c.name, tm * 1e6,
+             4.0 * pairs * n_heads * hd / tm / 1e9, kv_bytes / tm / 1e9);
+    }
+  }
+}
+
+void BenchOps(double budget) {
+  printf("== Ops (n=512 rows)\n");
+  Rng rng(4);
+  const int n = 512, dim = 768, ffn = 2048;
+  std::vector<float> x = RandomVec(size_t(n) * 2 * ffn, rng), w = RandomVec(dim, rng), y(x.size());
+  std::vector<int32_t> pos(n);
+  std::iota(pos.begin(), pos.end(), 0);
+  printf("RmsNorm [512 x 768]       %8.1f us\n",
+         1e6 * TimeIt([&] { RmsNorm(x.data(), w.data(), n, dim, 1e-5f, y.data()); }, budget));
+  printf("Rope    [512 x 12 x 64]   %8.1f us\n",
+         1e6 * TimeIt([&] { Rope(x.data(), pos.data(), n, 12, 64, 64, 10000.0f); }, budget));
+  printf("SwiGlu  [512 x 2048]      %8.1f us\n",
+         1e6 * TimeIt([&] { SwiGlu(x.data(), n, ffn, y.data()); }, budget));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  std::string only;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = true;
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) SetNumThreads(atoi(argv[++i]));
+    if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  const CpuFeatures& f = GetCpuFeatures();
+  printf("cpu: avx512f=%d avx512_bf16=%d avx512_vnni=%d amx_bf16=%d threads=%d\n", f.avx512f,
+         f.avx512_bf16, f.avx512_vnni, f.amx_bf16, NumThreads());
+  const double budget = quick ? 0.05 : 0.3;
+  if (only.empty() || only == "linear") BenchLinear(budget);
+  if (only.empty() || only == "crossover") BenchCrossover(budget);
+  if (only.empty() || only == "f32gemm") BenchF32Gemm(budget);
+  if (only.empty() || only == "attention") BenchAttention(budget, quick);
+  if (only.empty() || only == "ops") BenchOps(budget);
+  return 0;
+}

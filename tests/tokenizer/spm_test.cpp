@@ -1,0 +1,159 @@
+// SentencePiece-style tokenizer against llama.cpp's llama-spm vectors (32,000-token Llama 2 vocab).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "base/rng.h"
+#include "format/gguf.h"
+#include "format/gguf_vocab.h"
+#include "test_util.h"
+
+namespace mnemo {
+namespace {
+
+const std::string kSpm = "ggml-vocab-llama-spm.gguf";
+
+class SpmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto file = gguf::GgufFile::Open(test::kVocabDir + kSpm);
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    auto vocab = gguf::ReadVocab(*file);
+    ASSERT_TRUE(vocab.ok()) << vocab.error().message;
+    vocab_ = new Vocab(std::move(*vocab));
+    auto tok = Tokenizer::Create(*vocab_);
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    tok_ = tok->release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete vocab_;
+  }
+  static Vocab* vocab_;
+  static Tokenizer* tok_;
+};
+Vocab* SpmTest::vocab_ = nullptr;
+Tokenizer* SpmTest::tok_ = nullptr;
+
+TEST_F(SpmTest, MatchesAllLlamaCppVectors) {
+  ASSERT_NE(tok_, nullptr);
+  const auto vectors = test::ReadVocabVectors(kSpm);
+  ASSERT_EQ(vectors.size(), 46u);
+  int n_ok = 0;
+  for (const auto& v : vectors) {
+    const auto ids = tok_->Encode(v.text, /*add_special=*/false);
+    EXPECT_EQ(ids, v.ids) << "text: '" << v.text << "'";
+    n_ok += ids == v.ids;
+  }
+  EXPECT_EQ(n_ok, 46);
+}
+
+TEST_F(SpmTest, VocabFacts) {
+  ASSERT_NE(tok_, nullptr);
+  EXPECT_EQ(tok_->n_vocab(), 32000);
+  EXPECT_EQ(tok_->bos(), 1);
+  EXPECT_EQ(tok_->eos(), 2);
+  EXPECT_TRUE(tok_->IsControl(1));
+  EXPECT_TRUE(tok_->IsControl(2));
+  EXPECT_FALSE(tok_->IsControl(15043));
+  EXPECT_TRUE(tok_->IsEog(2));
+  EXPECT_FALSE(tok_->IsEog(1));
+  EXPECT_TRUE(tok_->IsByte(13));
+  EXPECT_EQ(tok_->TokenId("\xE2\x96\x81Hello"), 15043);
+  EXPECT_EQ(tok_->TokenId("no-such-token-text"), kNoToken);
+  EXPECT_EQ(tok_->TokenText(15043), "\xE2\x96\x81Hello");
+  EXPECT_EQ(tok_->TokenToPiece(15043), " Hello");
+  EXPECT_EQ(tok_->TokenToPiece(13), "\n");        // <0x0A>
+  EXPECT_EQ(tok_->TokenToPiece(29871), " ");      // ▁
+  EXPECT_EQ(tok_->TokenToPiece(1), "");           // control
+  EXPECT_EQ(tok_->TokenToPiece(1, /*special=*/true), "<s>");
+  EXPECT_EQ(tok_->TokenToPiece(0), "");           // unknown
+  EXPECT_EQ(tok_->TokenToPiece(-5), "");
+  EXPECT_EQ(tok_->TokenToPiece(32000), "");
+}
+
+TEST_F(SpmTest, AddSpecialAddsBosOnly) {
+  ASSERT_NE(tok_, nullptr);
+  EXPECT_EQ(tok_->Encode("Hello world", true), (std::vector<int32_t>{1, 15043, 3186}));
+  EXPECT_EQ(tok_->Encode("", true), (std::vector<int32_t>{1}));
+  EXPECT_TRUE(tok_->Encode("", false).empty());
+}
+
+TEST_F(SpmTest, DecodeUndoesEncodeForAllVectors) {
+  ASSERT_NE(tok_, nullptr);
+  for (const auto& v : test::ReadVocabVectors(kSpm)) {
+    // The reference ids start with the dummy prefix; Decode drops that one space at the start.
+    EXPECT_EQ(tok_->Decode(v.ids), v.text);
+    EXPECT_EQ(tok_->Decode(tok_->Encode(v.text, true)), v.text);
+    // Without stripping (a continuation after other text), the dummy prefix shows as a space.
+    std::string joined;
+    for (int32_t id : v.ids) joined += tok_->TokenToPiece(id);
+    EXPECT_EQ(joined, v.text.empty() ? "" : " " + v.text);
+  }
+}
+
+TEST_F(SpmTest, DecodeSpecialTokens) {
+  ASSERT_NE(tok_, nullptr);
+  const std::vector<int32_t> ids = {1, 15043, 3186, 2};
+  EXPECT_EQ(tok_->Decode(ids), "Hello world");
+  EXPECT_EQ(tok_->Decode(ids, /*skip_special=*/false), "<s> Hello world</s>");
+}
+
+TEST_F(SpmTest, ParseSpecial) {
+  ASSERT_NE(tok_, nullptr);
+  // Recognised only when asked; the dummy prefix goes again after a special token.
+  const auto with = tok_->Encode("<s>Hello</s>", false, /*parse_special=*/true);
+  EXPECT_EQ(with, (std::vector<int32_t>{1, 15043, 2}));
+  const auto without = tok_->Encode("<s>Hello</s>", false, false);
+  EXPECT_GT(without.size(), 3u);
+  for (int32_t id : without) EXPECT_FALSE(tok_->IsControl(id));
+  EXPECT_EQ(tok_->Decode(without), "<s>Hello</s>");
+}
+
+TEST_F(SpmTest, InvalidUtf8FallsBackToBytes) {
+  ASSERT_NE(tok_, nullptr);
+  const std::string bad = "a\xFF" "b\xC3(\xE2\x82";
+  const auto ids = tok_->Encode(bad, false);
+  EXPECT_EQ(tok_->Decode(ids), bad);  // byte fallback keeps every byte
+  for (uint8_t b : {0xFFu, 0xC3u, 0xE2u, 0x82u}) {
+    EXPECT_NE(std::find(ids.begin(), ids.end(), 3 + b), ids.end()) << int(b);  // <0xXX> is id 3 + byte
+  }
+  EXPECT_EQ(tok_->Encode("\xFF", false), (std::vector<int32_t>{29871, 3 + 0xFF}));
+}
+
+// The priority-queue merge equals llama2.c's literal O(n^2) algorithm on random text.
+TEST_F(SpmTest, MatchesNaiveReferenceOnRandomText) {
+  ASSERT_NE(tok_, nullptr);
+  const auto strings = test::ReadVocabStrings(kSpm);
+  const test::NaiveSpm naive(*vocab_);
+  Rng rng(1234);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    const int parts = 1 + static_cast<int>(rng.Next() % 4);
+    for (int p = 0; p < parts; ++p) text += strings[rng.Next() % strings.size()];
+    EXPECT_EQ(tok_->Encode(text, false), naive.Encode(text)) << "text: '" << text << "'";
+  }
+}
+
+std::string LongText(size_t bytes) {
+  const auto strings = test::ReadVocabStrings(kSpm);
+  std::string text;
+  for (size_t i = 0; text.size() < bytes; ++i) text += strings[i % strings.size()] + " ";
+  return text;
+}
+
+TEST_F(SpmTest, LongInputIsFast) {
+  ASSERT_NE(tok_, nullptr);
+  for (const std::string& text : {LongText(100000), std::string(100000, 'a'), std::string(100000, ' ')}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = tok_->Encode(text, true);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    RecordProperty("encode_100k_ms", static_cast<int>(ms));
+    EXPECT_LT(ms, 1000.0) << "encoding 100 KB took " << ms << " ms";
+    EXPECT_GT(ids.size(), 1000u);
+    EXPECT_EQ(tok_->Decode(ids), text);
+  }
+}
+
+}  // namespace
+}  // namespace mnemo
