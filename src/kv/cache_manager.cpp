@@ -111,6 +111,22 @@ void CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) 
   Touch(b, now);
 }
 
+void CacheManager::Truncate(SessionId s, int n_tokens) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired && n_tokens >= 0);
+  n_tokens = std::min(n_tokens, S.kv_tokens);
+  while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= n_tokens) {
+    Unref(S.chunks.back());
+    S.chunks.pop_back();
+  }
+  if (!S.chunks.empty() && n_tokens % kBlockTokens && recs_[S.chunks.back()].refs > 1) {
+    Unref(S.chunks.back());
+    S.chunks.back() = NewRec(recs_[S.chunks.back()].begin);
+  }
+  S.kv_tokens = n_tokens;
+  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, n_tokens - recs_[id].begin);
+}
+
 void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens) {
   SessionRec& S = sessions_.at(s);
   S.kv_tokens = std::max(S.kv_tokens, n_tokens);
@@ -137,6 +153,19 @@ int CacheManager::kv_tokens(SessionId s) const { return sessions_.at(s).kv_token
 bool CacheManager::acquired(SessionId s) const {
   auto it = sessions_.find(s);
   return it != sessions_.end() && it->second.acquired;
+}
+
+bool CacheManager::HoldsT0(SessionId s, const std::vector<int32_t>& table) const {
+  auto it = sessions_.find(s);
+  if (it == sessions_.end() || !it->second.acquired || table.size() > it->second.chunks.size()) return false;
+  for (size_t i = 0; i < table.size(); i++) {
+    const ChunkRec& c = recs_[it->second.chunks[i]];
+    if (c.pins <= 0) return false;
+    if (c.tier == Tier::kT0 && c.block == table[i]) continue;
+    auto op = c.op ? in_flight_.find(c.op) : in_flight_.end();
+    if (op == in_flight_.end() || op->second.op.dst != Tier::kT0 || op->second.op.dst_block != table[i]) return false;
+  }
+  return true;
 }
 
 uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool queue) {
@@ -423,6 +452,17 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
   if (c.refs == 0) {
     FreeData(c);
     free_recs_.push_back(id);
+  }
+}
+
+void CacheManager::PlanFlushToDisk() {
+  if (config_.t2_blocks == 0) return;
+  for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
+    ChunkRec& c = recs_[id];
+    if (c.refs == 0 || c.pins > 0 || c.op != 0 || (c.tier != Tier::kT0 && c.tier != Tier::kT1)) continue;
+    int32_t b = t2_.Allocate();
+    if (b < 0) return;
+    StartOp(id, Tier::kT2, b, true);
   }
 }
 

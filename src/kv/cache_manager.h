@@ -83,11 +83,16 @@ class CacheManager {
   // written, since writes only go to a session's partial last chunk or beyond). A partial chunk
   // at n_tokens is not shared: dst recomputes it. src must not be acquired.
   void Fork(SessionId src, SessionId dst, int n_tokens, double now);
+  // Drops s's KV past n_tokens (s not acquired). A shared chunk left partial is unshared (its
+  // owner would write into it next): s then recomputes that chunk.
+  void Truncate(SessionId s, int n_tokens);
   // Registers a chunk found in a tier at start-up (e.g. a disk slot that survived a restart).
   // Chunks must be restored in index order up to n_tokens; missing ones are kNone.
   void RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens);
   // Where each chunk of s lives, by chunk index.
   std::vector<Tier> Residency(SessionId s) const;
+  // True when T2 slot b holds nothing (RestoreChunk may take it).
+  bool SlotFree(int32_t b) const { return t2_.IsFree(b); }
   int kv_tokens(SessionId s) const;
 
   // ---- a turn ----
@@ -111,6 +116,9 @@ class CacheManager {
   // Unpins s and demotes all its T0 chunks (to free T0 for others).
   void Suspend(SessionId s, int kv_tokens, double now);
   bool acquired(SessionId s) const;
+  // True when s is acquired and table[i] is the T0 block of its chunk i (or the destination of
+  // that chunk's swap-in in flight), for every i: nothing the batch reads was evicted.
+  bool HoldsT0(SessionId s, const std::vector<int32_t>& table) const;
 
   // ---- background work ----
   // Starts demotions so that at least `free_target` T0 blocks are free or being freed, and keeps
@@ -122,6 +130,10 @@ class CacheManager {
   // chunk is then dropped and recomputed when next needed).
   void OnTransferDone(uint64_t op_id, bool ok);
   bool transfers_in_flight() const { return !in_flight_.empty(); }
+
+  // Plans copies of every unpinned T0/T1 chunk into free T2 slots (no evictions), e.g. before a
+  // shutdown, so that a restart finds them. Take them with TakeTransfers.
+  void PlanFlushToDisk();
 
   // Checks internal consistency (every block owned once, counts match). For tests.
   bool CheckInvariants() const;

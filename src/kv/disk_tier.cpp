@@ -25,7 +25,8 @@ struct FileHeader {  // at offset 0, one page
 struct SlotHeader {  // at the start of each slot
   uint64_t magic;          // kSlotMagic when the slot holds data
   int64_t session;
-  int64_t chunk;
+  int32_t chunk;
+  int32_t valid_end;
   uint64_t token_hash;
   uint64_t payload_bytes;
   uint64_t payload_hash;   // XXH3-64 of the payload
@@ -94,7 +95,7 @@ DiskTier::~DiskTier() {
 Status DiskTier::Write(int32_t slot, const DiskSlotId& id, const void* payload, bool durable) {
   if (slot < 0 || slot >= n_slots_) return MakeError("disk tier: slot %d out of range", slot);
   std::unique_ptr<char[]> buf(new char[sizeof(SlotHeader) + payload_bytes_]);
-  SlotHeader h{kSlotMagic, id.session, id.chunk, id.token_hash, payload_bytes_,
+  SlotHeader h{kSlotMagic, id.session, id.chunk, id.valid_end, id.token_hash, payload_bytes_,
                XXH3_64bits(payload, payload_bytes_), 0};
   h.header_hash = HeaderHash(h);
   std::memcpy(buf.get(), &h, sizeof h);
@@ -115,7 +116,8 @@ Status DiskTier::Read(int32_t slot, const DiskSlotId& expect, void* payload) con
     return MakeError("disk tier: slot %d has no valid header", slot);
   }
   if (expect.session >= 0 &&
-      (h.session != expect.session || h.chunk != expect.chunk || h.token_hash != expect.token_hash)) {
+      (h.session != expect.session || h.chunk != expect.chunk || h.valid_end != expect.valid_end ||
+       h.token_hash != expect.token_hash)) {
     return MakeError("disk tier: slot %d holds another chunk", slot);
   }
   if (!ReadAll(fd_, payload, payload_bytes_, off + off_t(sizeof h))) {
@@ -141,7 +143,7 @@ std::vector<DiskTier::Entry> DiskTier::Scan() const {
     SlotHeader h;
     if (!ReadAll(fd_, &h, sizeof h, off_t(kPage + slot_bytes_ * s))) continue;
     if (h.magic != kSlotMagic || h.header_hash != HeaderHash(h) || h.payload_bytes != payload_bytes_) continue;
-    out.push_back({s, DiskSlotId{h.session, int32_t(h.chunk), h.token_hash}});
+    out.push_back({s, DiskSlotId{h.session, h.chunk, h.valid_end, h.token_hash}});
   }
   return out;
 }

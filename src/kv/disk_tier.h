@@ -21,7 +21,8 @@ namespace mnemo {
 struct DiskSlotId {
   int64_t session = -1;      // owner session id (engine numbering, stable across restarts)
   int32_t chunk = -1;        // chunk index in the session
-  uint64_t token_hash = 0;   // hash of the session's tokens [0, chunk end): what the KV depends on
+  int32_t valid_end = 0;     // positions [chunk * 32, valid_end) of the chunk hold KV
+  uint64_t token_hash = 0;   // hash of the session's tokens [0, valid_end): what the KV depends on
 };
 
 class DiskTier {

@@ -15,7 +15,7 @@ int Batch::Add(const int32_t* toks, const int32_t* pos, int n, bool all_logits) 
 
 int Batch::n_logit_rows() const {
   int r = 0;
-  for (const auto& s : seqs) r += s.all_logits ? s.n_q : 1;
+  for (const auto& s : seqs) r += s.all_logits ? s.n_q : s.logits ? 1 : 0;
   return r;
 }
 

@@ -130,7 +130,8 @@ void LlamaModel::FeedForward(const Layer& L, int n) {
   kernels::AddInPlace(s_.x.data(), proj, size_t(n) * c.dim);
 }
 
-void LlamaModel::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits) {
+void LlamaModel::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits,
+                         const std::function<void(int)>& before_layer) {
   const LlamaConfig& c = config_;
   const int n = batch.n_tokens();
   MNEMO_CHECK(n > 0);
@@ -140,21 +141,24 @@ void LlamaModel::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& 
   Grow(s_.h, size_t(n) * c.dim);  // [n, dim] normed input of a sublayer
   Embed(batch, s_.x.data());
   for (int l = 0; l < c.n_layers; l++) {
+    if (before_layer) before_layer(l);
     Attention(layers_[l], l, batch, kv);
     FeedForward(layers_[l], n);
   }
   // Final norm and classifier only for the rows whose logits are wanted.
   s_.logit_rows.clear();
   for (const BatchSeq& s : batch.seqs) {
+    if (!s.all_logits && !s.logits) continue;
     for (int i = s.all_logits ? 0 : s.n_q - 1; i < s.n_q; i++) s_.logit_rows.push_back(s.q_begin + i);
   }
   const int rows = static_cast<int>(s_.logit_rows.size());
+  logits.resize(size_t(rows) * c.vocab_size);
+  if (rows == 0) return;
   float* sel = Grow(s_.sel, size_t(rows) * c.dim);  // [rows, dim]
   for (int r = 0; r < rows; r++) {
     std::memcpy(sel + size_t(r) * c.dim, s_.x.data() + size_t(s_.logit_rows[r]) * c.dim, sizeof(float) * c.dim);
   }
   kernels::RmsNorm(sel, out_norm_.data(), rows, c.dim, c.rms_eps, sel);
-  logits.resize(size_t(rows) * c.vocab_size);
   output_.Forward(sel, rows, logits.data());
 }
 

@@ -2,6 +2,7 @@
 // positions, KV read and written through block tables in a paged pool.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,8 +30,11 @@ class LlamaModel {
   // Runs one step: embeds batch.tokens, writes their K/V into `kv` at their positions through each
   // sequence's block table, and returns logits [batch.n_logit_rows(), vocab_size] in `logits`.
   // Every block a sequence's table names for positions < n_ctx must hold valid KV for positions not
-  // written by this step. Not thread-safe (one engine thread); uses NumThreads() threads inside.
-  void Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits);
+  // written by this step. before_layer(l), if set, is called before layer l touches the KV pool
+  // (the engine waits there for that layer's swap-ins). Not thread-safe (one engine thread); uses
+  // NumThreads() threads inside.
+  void Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits,
+               const std::function<void(int)>& before_layer = {});
 
  private:
   struct Layer {

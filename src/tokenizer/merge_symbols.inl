@@ -36,7 +36,9 @@ void MergeSymbols(std::string_view text, PriorityFn&& priority, EmitFn&& emit) {
   std::vector<Symbol> symbols;  // [n_chars]
   symbols.reserve(text.size());
   for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(Utf8LenFromLead(static_cast<uint8_t>(text[off])), text.size() - off);
+    size_t end = off;
+    uint32_t cp;
+    const size_t len = DecodeUtf8(text, &end, &cp) ? end - off : 1;  // a stray byte is its own symbol
     const int32_t index = static_cast<int32_t>(symbols.size());
     symbols.push_back({index - 1, -1, static_cast<uint32_t>(off), static_cast<uint32_t>(len)});
     if (index > 0) symbols[index - 1].next = index;

@@ -42,8 +42,8 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Encodes text (any bytes; invalid UTF-8 never fails: SPM byte-falls-back each stray byte, BPE
-  // replaces it by U+FFFD first, as llama.cpp does). add_special: prepend BOS / append EOS as the
+  // Encodes text (any bytes; invalid UTF-8 never fails: SPM byte-falls-back each stray byte, so
+  // Decode gives the bytes back; BPE replaces each by U+FFFD first, as llama.cpp does). add_special: prepend BOS / append EOS as the
   // vocab's add_bos / add_eos say. parse_special: also recognise control-token texts such as "<s>"
   // in the input (user-defined tokens are always recognised). Cost: O(n log n) in the text length.
   std::vector<int32_t> Encode(std::string_view text, bool add_special, bool parse_special = false) const;
@@ -59,7 +59,8 @@ class Tokenizer {
   std::string DecodePiece(int32_t prev, int32_t id, bool special = false) const;
 
   // Concatenated DecodePiece of ids (the bytes, not necessarily valid UTF-8). skip_special: control
-  // tokens give "" (else their text). For SPM, Decode(Encode(s, true)) == s for any s (valid UTF-8).
+  // tokens give "" (else their text). For SPM, Decode(Encode(s, true)) == s for any bytes s without
+  // U+2581 (which decodes as a space) and without special-token text when parsing it.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = true) const;
 
   int32_t bos() const { return bos_; }

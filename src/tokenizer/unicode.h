@@ -28,14 +28,6 @@ bool IsWhiteSpace(uint32_t cp);  // the White_Space property: what regex `\s` ma
 inline bool IsLetter(uint32_t cp) { return GetUnicodeClass(cp) == UnicodeClass::kLetter; }
 inline bool IsNumber(uint32_t cp) { return GetUnicodeClass(cp) == UnicodeClass::kNumber; }
 
-// Length of the UTF-8 sequence a lead byte announces, from its high nibble alone (1 for ASCII and
-// for stray continuation bytes, 2 for C0..DF, 3 for E0..EF, 4 for F0..FF). This is how
-// SentencePiece-style tokenizers split text into characters; it never fails.
-inline size_t Utf8LenFromLead(uint8_t lead) {
-  static constexpr uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[lead >> 4];
-}
-
 // Decodes one structurally valid UTF-8 sequence at text[*pos] (lead byte pattern plus the right number
 // of 10xxxxxx continuation bytes; overlong forms and surrogates are accepted, as llama.cpp does).
 // On success advances *pos and returns true; on failure leaves *pos alone and returns false.

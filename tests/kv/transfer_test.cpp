@@ -42,14 +42,14 @@ TEST(DiskTier, RoundTripAndSurvivesReopen) {
   Fill(kv, 0, 1);
   std::vector<char> buf(kShape.BlockBytes()), back(kShape.BlockBytes());
   for (int l = 0; l < 4; l++) std::memcpy(buf.data() + l * kShape.LayerBlockBytes(), kv.block(l, 0), kShape.LayerBlockBytes());
-  DiskSlotId id{7, 3, 0xabc};
+  DiskSlotId id{7, 3, 96, 0xabc};
   {
     auto t = DiskTier::Open(dir, 8, kShape.BlockBytes());
     ASSERT_TRUE(t.ok());
     ASSERT_TRUE((*t)->Write(5, id, buf.data()).ok());
     ASSERT_TRUE((*t)->Read(5, id, back.data()).ok());
     EXPECT_EQ(buf, back);
-    EXPECT_FALSE((*t)->Read(5, DiskSlotId{7, 4, 0xabc}, back.data()).ok());  // another chunk
+    EXPECT_FALSE((*t)->Read(5, DiskSlotId{7, 4, 96, 0xabc}, back.data()).ok());  // another chunk
     EXPECT_FALSE((*t)->Read(4, id, back.data()).ok());                       // empty slot
   }
   auto t = DiskTier::Open(dir, 8, kShape.BlockBytes());
@@ -73,7 +73,7 @@ TEST(DiskTier, CorruptPayloadIsDetected) {
   auto t = DiskTier::Open(dir, 2, 1000);
   ASSERT_TRUE(t.ok());
   std::vector<char> buf(1000, 'x');
-  DiskSlotId id{1, 0, 42};
+  DiskSlotId id{1, 0, 32, 42};
   ASSERT_TRUE((*t)->Write(1, id, buf.data()).ok());
   int fd = open((dir + "/kv-t2.bin").c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
@@ -110,12 +110,12 @@ TEST(Transfer, BackgroundCopiesThroughDisk) {
   KvStorage t0(kShape, 2), t1(kShape, 2);
   Fill(t0, 0, 99);
   TransferEngine te(&t0, &t1, disk->get());
-  DiskSlotId id{1, 0, 5};
+  DiskSlotId id{1, 0, 32, 5};
   te.Submit({TransferOp{1, Tier::kT0, 0, Tier::kT1, 1, 1, 0}, TransferOp{2, Tier::kT1, 1, Tier::kT2, 2, 1, 0}},
             {id, id});
   te.WaitIdle();
   te.Submit({TransferOp{3, Tier::kT2, 2, Tier::kT0, 1, 1, 0}, TransferOp{4, Tier::kT2, 3, Tier::kT0, 0, 1, 1}},
-            {id, DiskSlotId{1, 1, 5}});
+            {id, DiskSlotId{1, 1, 64, 5}});
   te.WaitIdle();
   auto done = te.TakeCompleted();
   ASSERT_EQ(done.size(), 4u);

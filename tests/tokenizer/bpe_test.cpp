@@ -8,6 +8,7 @@
 #include "format/gguf_vocab.h"
 #include "test_util.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/unicode.h"
 
 namespace mnemo {
 namespace {
@@ -88,6 +89,21 @@ TEST_F(BpeTest, InvalidUtf8BecomesReplacementChar) {
   ASSERT_NE(tok_, nullptr);
   EXPECT_EQ(tok_->Encode("a\xFF" "b", false), tok_->Encode("a\xEF\xBF\xBD" "b", false));
   EXPECT_EQ(tok_->Decode(tok_->Encode("x\xC3", false)), "x\xEF\xBF\xBD");
+}
+
+TEST_F(BpeTest, RandomBytesNeverCrash) {
+  ASSERT_NE(tok_, nullptr);
+  static const char kAlphabet[] = "ab 3'\n\t\xC3\xA9\xE2\x82\xAC\xF0\x9F\x99\x82\xFF\x80";
+  Rng rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text(rng.Next() % 48, '\0');
+    for (char& c : text) c = kAlphabet[rng.Next() % (sizeof(kAlphabet) - 1)];
+    const auto ids = tok_->Encode(text, false);
+    // Invalid bytes became U+FFFD; everything else survives byte for byte.
+    std::string expected;
+    for (uint32_t cp : DecodeUtf8Lenient(text)) AppendUtf8(cp, &expected);
+    EXPECT_EQ(tok_->Decode(ids), expected);
+  }
 }
 
 // The priority-queue merge equals textbook BPE (repeated lowest-rank scans) on random text.

@@ -135,6 +135,37 @@ TEST_F(SpmTest, MatchesNaiveReferenceOnRandomText) {
   }
 }
 
+std::string RandomBytes(Rng& rng) {
+  static const char kAlphabet[] = "ab \n\t\xC3\xA9\xE2\x82\xAC\xF0\x9F\x99\x82\xFF\x80";
+  std::string s(rng.Next() % 48, '\0');
+  for (char& c : s) c = kAlphabet[rng.Next() % (sizeof(kAlphabet) - 1)];
+  return s;
+}
+
+// Any bytes (mostly invalid UTF-8) encode without crashing, and byte fallback loses nothing.
+TEST_F(SpmTest, RandomBytesRoundTrip) {
+  ASSERT_NE(tok_, nullptr);
+  Rng rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    const std::string text = RandomBytes(rng);
+    const auto ids = tok_->Encode(text, true);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok_->n_vocab());
+    EXPECT_EQ(tok_->Decode(ids), text);
+  }
+}
+
+// Streaming gives the same text as Decode when the text is valid UTF-8.
+TEST_F(SpmTest, StreamDecoderMatchesDecode) {
+  ASSERT_NE(tok_, nullptr);
+  for (const auto& v : test::ReadVocabVectors(kSpm)) {
+    StreamDecoder stream(*tok_);
+    std::string out;
+    for (int32_t id : tok_->Encode(v.text, true)) out += stream.Push(id);
+    out += stream.Flush();
+    EXPECT_EQ(out, v.text);
+  }
+}
+
 std::string LongText(size_t bytes) {
   const auto strings = test::ReadVocabStrings(kSpm);
   std::string text;

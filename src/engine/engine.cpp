@@ -1,0 +1,337 @@
+#include "engine/engine.h"
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <future>
+
+#include "engine/running.h"
+
+namespace mnemo {
+
+uint64_t TokenPrefixHash(const std::vector<int32_t>& tokens, int n) {
+  return XXH3_64bits(tokens.data(), sizeof(int32_t) * size_t(n));
+}
+
+void TurnHandle::Push(TurnEvent ev) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+bool TurnHandle::Next(TurnEvent* ev) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (done_) return false;
+  cv_.wait(lock, [&] { return !events_.empty(); });
+  *ev = std::move(events_.front());
+  events_.pop_front();
+  if (ev->kind == TurnEvent::kDone) done_ = true;
+  return true;
+}
+
+void TurnHandle::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+}
+
+bool TurnHandle::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+TurnResult TurnHandle::Wait() {
+  TurnEvent ev;
+  while (Next(&ev)) {
+    if (ev.kind == TurnEvent::kDone) return ev.result;
+  }
+  return {};
+}
+
+Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, const EngineConfig& config)
+    : model_(model), tok_(tokenizer), config_(config) {
+  start_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double Engine::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - start_;
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(LlamaModel& model, const Tokenizer& tokenizer,
+                                               const EngineConfig& config) {
+  std::unique_ptr<Engine> e(new Engine(model, tokenizer, config));
+  const LlamaConfig& mc = model.config();
+  e->max_context_ = config.max_context > 0 ? std::min(config.max_context, mc.context_length) : mc.context_length;
+  if (config.kv_dtype == DType::Q8_0) return MakeError("KV dtype q8_0 is not supported");
+  const KvShape shape = model.kv_shape(config.kv_dtype);
+  const double block_mb = shape.BlockBytes() / 1048576.0;
+  auto blocks = [&](double mb) { return static_cast<int32_t>(mb / block_mb); };
+  CacheConfig cc{blocks(config.t0_mb), blocks(config.t1_mb), 0, config.reserve_fraction};
+  if (cc.t0_blocks < 2) return MakeError("--kv-t0-mb %.1f holds fewer than 2 blocks of %.3f MB", config.t0_mb, block_mb);
+  if (config.reserve_fraction < 0 || config.reserve_fraction >= 1) return MakeError("the reserve must be in [0, 1)");
+  CostModel cost;
+  cost.per_token = 2.0 * (double(mc.dim) * (mc.n_heads + 2 * mc.n_kv_heads) * mc.head_dim +
+                          double(mc.dim) * mc.n_heads * mc.head_dim + 3.0 * mc.dim * mc.ffn_dim) * mc.n_layers;
+  cost.per_token_ctx = 4.0 * mc.n_heads * mc.head_dim * mc.n_layers;
+  auto policy = MakeEvictionPolicy(config.policy, cost);
+  if (!policy.ok()) return policy.error();
+  if (config.t2_mb > 0) {
+    if (config.disk_dir.empty()) return MakeError("a disk tier needs a directory (--kv-disk-dir)");
+    cc.t2_blocks = blocks(config.t2_mb);
+    auto disk = DiskTier::Open(config.disk_dir, std::max(cc.t2_blocks, 1), shape.BlockBytes());
+    if (!disk.ok()) return disk.error();
+    e->t2_ = std::move(disk.value());
+  }
+  e->t0_ = std::make_unique<KvStorage>(shape, cc.t0_blocks);
+  if (cc.t1_blocks > 0) e->t1_ = std::make_unique<KvStorage>(shape, cc.t1_blocks);
+  e->cache_ = std::make_unique<CacheManager>(cc, std::move(policy.value()));
+  e->transfer_ = std::make_unique<TransferEngine>(e->t0_.get(), e->t1_.get(), e->t2_.get());
+  for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
+    if (tokenizer.IsEog(id)) e->eog_tokens_.push_back(id);
+  }
+  e->stats_.block_bytes = shape.BlockBytes();
+  for (int t = 0; t < 3; t++) e->stats_.capacity[t] = e->cache_->capacity(static_cast<Tier>(t));
+  e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Call(const std::function<void()>& fn) {
+  std::promise<void> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back([&] {
+      fn();
+      done.set_value();
+    });
+  }
+  cv_.notify_all();
+  done.get_future().wait();
+}
+
+void Engine::Loop() {
+  for (;;) {
+    std::deque<std::function<void()>> cmds;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      bool idle = waiting_.empty() && running_.empty();
+      if (idle && commands_.empty() && !stop_) {
+        cv_.wait_for(lock, std::chrono::milliseconds(cache_->transfers_in_flight() ? 1 : 100));
+      }
+      if (stop_) break;
+      cmds.swap(commands_);
+    }
+    for (auto& c : cmds) c();
+    Step();
+  }
+  // Shutdown: cancel what is queued or running, then keep the KV on disk for a restart.
+  double now = Now();
+  for (auto& r : running_) Finish(*r, "cancelled", now);
+  running_.clear();
+  while (!waiting_.empty()) {
+    Finish(*waiting_.front(), "cancelled", now);
+    waiting_.pop_front();
+  }
+  for (auto& c : commands_) c();  // verbs queued during shutdown still get an answer
+  FlushToDisk();
+}
+
+SessionId Engine::CreateSession() {
+  SessionId id;
+  Call([&] {
+    id = next_session_++;
+    Session& s = sessions_[id];
+    s.id = id;
+    s.created = s.last_active = Now();
+    cache_->AddSession(id, s.last_active);
+  });
+  return id;
+}
+
+Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::vector<Turn> turns) {
+  Status st;
+  Call([&] {
+    if (id <= 0 || sessions_.count(id)) {
+      st = MakeError("session %lld already exists", static_cast<long long>(id));
+      return;
+    }
+    Session& s = sessions_[id];
+    s.id = id;
+    s.tokens = std::move(tokens);
+    s.turns = std::move(turns);
+    s.created = s.last_active = Now();
+    next_session_ = std::max(next_session_, id + 1);
+    cache_->AddSession(id, s.last_active);
+    RestoreFromDisk(s);
+  });
+  return st;
+}
+
+Status Engine::DeleteSession(SessionId id) {
+  Status st;
+  Call([&] {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      st = MakeError("unknown session %lld", static_cast<long long>(id));
+    } else if (it->second.busy) {
+      st = MakeError("session %lld has a turn in progress", static_cast<long long>(id));
+    } else {
+      cache_->RemoveSession(id);
+      sessions_.erase(it);
+    }
+  });
+  return st;
+}
+
+Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
+  Result<SessionId> out = MakeError("unknown session");
+  Call([&] {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    Session& src = it->second;
+    if (src.busy) {
+      out = MakeError("session %lld has a turn in progress", static_cast<long long>(id));
+      return;
+    }
+    if (n_tokens < 0 || n_tokens > static_cast<int>(src.tokens.size())) {
+      out = MakeError("fork point %d is outside the session's %zu tokens", n_tokens, src.tokens.size());
+      return;
+    }
+    SessionId nid = next_session_++;
+    Session& dst = sessions_[nid];
+    dst.id = nid;
+    dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n_tokens);
+    for (const Turn& t : src.turns) {
+      if (t.end <= n_tokens) dst.turns.push_back(t);
+    }
+    dst.created = dst.last_active = Now();
+    cache_->Fork(id, nid, std::min(n_tokens, cache_->kv_tokens(id)), dst.last_active);
+    out = nid;
+  });
+  return out;
+}
+
+Status Engine::TruncateSession(SessionId id, int n_tokens) {
+  Status st;
+  Call([&] {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      st = MakeError("unknown session %lld", static_cast<long long>(id));
+      return;
+    }
+    Session& s = it->second;
+    if (s.busy || n_tokens < 0 || n_tokens > static_cast<int>(s.tokens.size())) {
+      st = MakeError("cannot truncate session %lld to %d tokens", static_cast<long long>(id), n_tokens);
+      return;
+    }
+    s.tokens.resize(n_tokens);
+    while (!s.turns.empty() && s.turns.back().begin >= n_tokens) s.turns.pop_back();
+    if (!s.turns.empty() && s.turns.back().end > n_tokens) {
+      s.turns.back().end = n_tokens;
+      s.turns.back().prompt_end = std::min(s.turns.back().prompt_end, n_tokens);
+    }
+    cache_->Truncate(id, n_tokens);
+  });
+  return st;
+}
+
+namespace {
+SessionInfo Info(const Session& s, const CacheManager& cache, double now) {
+  SessionInfo info;
+  info.id = s.id;
+  info.tokens = s.tokens;
+  info.turns = s.turns;
+  info.kv_tokens = cache.kv_tokens(s.id);
+  for (Tier t : cache.Residency(s.id)) info.chunks_by_tier[static_cast<int>(t)]++;
+  info.idle_seconds = now - s.last_active;
+  info.busy = s.busy;
+  return info;
+}
+}  // namespace
+
+Result<SessionInfo> Engine::GetSession(SessionId id) {
+  Result<SessionInfo> out = MakeError("unknown session %lld", static_cast<long long>(id));
+  Call([&] {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) out = Info(it->second, *cache_, Now());
+  });
+  return out;
+}
+
+std::vector<SessionInfo> Engine::ListSessions() {
+  std::vector<SessionInfo> out;
+  Call([&] {
+    for (const auto& [id, s] : sessions_) out.push_back(Info(s, *cache_, Now()));
+  });
+  return out;
+}
+
+EngineStats Engine::Stats() {
+  EngineStats st;
+  Call([&] {
+    st = stats_;
+    st.waiting = static_cast<int>(waiting_.size());
+    st.running = static_cast<int>(running_.size());
+    st.sessions = static_cast<int>(sessions_.size());
+    for (int t = 0; t < 3; t++) st.used_blocks[t] = cache_->used_blocks(static_cast<Tier>(t));
+    st.cache = cache_->stats();
+    st.transfer = transfer_->stats();
+  });
+  return st;
+}
+
+Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
+  MNEMO_TRY(req.sampling.Validate());
+  MNEMO_TRY(StopMatcher::Validate(req.stop));
+  if (req.max_tokens < 0 || req.min_tokens < 0) return MakeError("max_tokens and min_tokens must be >= 0");
+  for (int32_t id : req.append) {
+    if (id < 0 || id >= tok_.n_vocab()) return MakeError("token id %d is outside the vocabulary", id);
+  }
+  if (queued_.load() >= config_.max_waiting) return MakeError("queue full: %d turns waiting", queued_.load());
+  Result<std::shared_ptr<TurnHandle>> out = MakeError("unknown session %lld", static_cast<long long>(req.session));
+  Call([&] {
+    auto it = sessions_.find(req.session);
+    if (it == sessions_.end()) return;
+    Session& s = it->second;
+    if (s.busy) {
+      out = MakeError("session %lld already has a turn in progress", static_cast<long long>(s.id));
+      return;
+    }
+    const size_t total = s.tokens.size() + req.append.size();
+    if (total == 0) {
+      out = MakeError("the turn has no tokens");
+      return;
+    }
+    if (total >= static_cast<size_t>(max_context_)) {
+      out = MakeError("the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
+      return;
+    }
+    auto r = std::make_unique<Running>();
+    r->session = &s;
+    r->seq = s.tokens;
+    r->seq.insert(r->seq.end(), req.append.begin(), req.append.end());
+    r->prompt_len = static_cast<int>(r->seq.size());
+    r->sampler.emplace(req.sampling, model_.config().vocab_size);
+    r->decoder.emplace(tok_, r->seq.back());
+    r->stop.emplace(req.stop);
+    r->req = std::move(req);
+    r->handle = std::make_shared<TurnHandle>();
+    r->submitted = Now();
+    out = r->handle;
+    s.busy = true;
+    queued_++;
+    waiting_.push_back(std::move(r));
+  });
+  return out;
+}
+
+}  // namespace mnemo

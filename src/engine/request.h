@@ -1,0 +1,84 @@
+// A turn request and the stream of events it produces. The request side is filled by the caller
+// (server, chat, bench); events are pushed by the engine thread and read by the caller's thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kv/cache_manager.h"
+#include "sampling/sampler.h"
+
+namespace mnemo {
+
+struct TurnRequest {
+  SessionId session = -1;            // an existing session
+  std::vector<int32_t> append;       // the turn's new prompt tokens (e.g. rendered user message)
+  int max_tokens = 256;              // generated tokens at most
+  int min_tokens = 0;                // EOS / stop tokens are ignored before this many
+  SamplingParams sampling;           // validated by Submit
+  std::vector<std::string> stop;     // stop strings (not emitted)
+  std::vector<int32_t> stop_tokens;  // extra stop token ids
+  bool ignore_eos = false;           // keep going past end-of-generation tokens
+  bool keep_stop_token = false;      // append a sampled stop token to the session log
+  bool capture_logits = false;       // return the logits of the first generated token (tests)
+};
+
+// Where the positions of a turn's context came from.
+struct TokenSources {
+  int64_t t0 = 0;          // KV already in T0
+  int64_t t1 = 0;          // swapped in from host RAM
+  int64_t t2 = 0;          // read from disk
+  int64_t recomputed = 0;  // history positions whose KV was gone (recomputed)
+  int64_t fresh = 0;       // positions never computed before (new prompt tokens)
+  int64_t cached() const { return t0 + t1 + t2; }
+};
+
+struct TurnResult {
+  std::string finish_reason;        // "stop", "length", "cancelled" or "error"
+  std::string error;                // when finish_reason == "error"
+  std::vector<int32_t> tokens;      // generated ids (a final stop token included)
+  std::string text;                 // generated text without the stop string
+  int prompt_tokens = 0;            // context positions this turn attended over before generating
+  TokenSources sources;             // how those positions were served
+  double queue_seconds = 0;         // submit -> admitted
+  double ttft_seconds = 0;          // submit -> first generated token
+  double total_seconds = 0;         // submit -> done
+  int suspensions = 0;              // times the request was suspended for memory
+  std::vector<float> first_logits;  // [vocab] when capture_logits
+};
+
+struct TurnEvent {
+  enum Kind { kText, kDone } kind = kText;
+  int32_t token = -1;   // kText: the token just generated
+  std::string text;     // kText: text that became final (may be empty)
+  TurnResult result;    // kDone
+};
+
+// The caller's end of a request. Thread-safe.
+class TurnHandle {
+ public:
+  // Blocks until the next event. After kDone, returns false.
+  bool Next(TurnEvent* ev);
+  // Asks the engine to stop generating (e.g. the client went away); a kDone with
+  // finish_reason "cancelled" follows.
+  void Cancel();
+  bool cancelled() const;
+  // Waits for the end and returns the result (collecting all text).
+  TurnResult Wait();
+
+  // Engine side.
+  void Push(TurnEvent ev);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TurnEvent> events_;
+  bool cancelled_ = false;
+  bool done_ = false;  // kDone was read
+};
+
+}  // namespace mnemo

@@ -1,0 +1,347 @@
+// The engine's step: admission, the token budget, the forward pass, sampling and finishing turns.
+#include <algorithm>
+#include <limits>
+
+#include "engine/engine.h"
+#include "engine/running.h"
+
+namespace mnemo {
+
+void Engine::Step() {
+  const double now = Now();
+  PollTransfers();
+  if (now - last_expiry_ > 1.0) ExpireSessions(now);
+  Admit(now);
+  Schedule(Now());
+  // Keep some T0 free ahead of need (demotions run in the background), then start the copies.
+  cache_->Maintain(cache_->capacity(Tier::kT0) - cache_->admission_blocks(), Now());
+  SubmitTransfers();
+}
+
+void Engine::PollTransfers() {
+  for (const auto& [id, ok] : transfer_->TakeCompleted()) cache_->OnTransferDone(id, ok);
+}
+
+DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
+  // The tokens the chunk's KV was computed from: a running turn's sequence, else the log.
+  const std::vector<int32_t>* tokens = nullptr;
+  for (const auto& r : running_) {
+    if (r->session->id == s) tokens = &r->seq;
+  }
+  for (const auto& r : waiting_) {
+    if (r->session->id == s) tokens = &r->seq;
+  }
+  auto it = sessions_.find(s);
+  if (!tokens && it != sessions_.end()) tokens = &it->second.tokens;
+  DiskSlotId id;
+  id.session = s;
+  id.chunk = chunk;
+  int kv = cache_->HasSession(s) ? cache_->kv_tokens(s) : 0;
+  id.valid_end = std::min({(chunk + 1) * kBlockTokens, kv, tokens ? static_cast<int>(tokens->size()) : 0});
+  id.token_hash = tokens ? TokenPrefixHash(*tokens, id.valid_end) : 0;
+  return id;
+}
+
+void Engine::SubmitTransfers() {
+  std::vector<TransferOp> ops = cache_->TakeTransfers();
+  if (ops.empty()) return;
+  std::vector<DiskSlotId> ids;
+  for (const TransferOp& op : ops) {
+    ids.push_back(op.dst == Tier::kT2 || op.src == Tier::kT2 ? SlotId(op.session, op.chunk) : DiskSlotId{});
+  }
+  transfer_->Submit(ops, ids);
+}
+
+void Engine::Admit(double now) {
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running) {
+    Running& r = *waiting_.front();
+    if (r.handle->cancelled()) {
+      Finish(r, "cancelled", now);
+      waiting_.pop_front();
+      continue;
+    }
+    const SessionId sid = r.session->id;
+    const int kv_before = cache_->kv_tokens(sid);
+    CacheManager::Acquired a;
+    Admission ad = cache_->Acquire(sid, static_cast<int>(r.seq.size()), now, &a);
+    if (ad == Admission::kLater) break;  // first come, first served
+    if (ad == Admission::kImpossible) {
+      r.result.error = "the context of " + std::to_string(r.seq.size()) + " tokens does not fit in the KV cache (" +
+                       std::to_string(cache_->admission_blocks() * kBlockTokens) + " tokens can be admitted)";
+      Finish(r, r.result.tokens.empty() ? "error" : "length", now);
+      waiting_.pop_front();
+      continue;
+    }
+    r.admitted = true;
+    r.order = stats_.steps * 1000000 + running_.size();
+    r.table = std::move(a.block_table);
+    r.queries.clear();
+    r.next_query = 0;
+    int recomputed = 0;
+    for (int c : a.recompute) {
+      for (int p = c * kBlockTokens; p < std::min((c + 1) * kBlockTokens, kv_before); p++) {
+        r.queries.push_back(p);
+        recomputed++;
+      }
+    }
+    for (int p = kv_before; p < static_cast<int>(r.seq.size()); p++) r.queries.push_back(p);
+    r.tail_unfed = false;
+    transfer_group_ops_.insert(transfer_group_ops_.end(), a.swap_ins.begin(), a.swap_ins.end());
+    TokenSources src{a.hit_tokens[0], a.hit_tokens[1], a.hit_tokens[2], recomputed,
+                     static_cast<int64_t>(r.seq.size()) - kv_before};
+    if (!r.counted) {
+      r.counted = true;
+      r.result.sources = src;
+      r.result.prompt_tokens = r.prompt_len;
+      r.result.queue_seconds = now - r.submitted;
+    }
+    stats_.sources.t0 += src.t0;
+    stats_.sources.t1 += src.t1;
+    stats_.sources.t2 += src.t2;
+    stats_.sources.recomputed += src.recomputed;
+    stats_.sources.fresh += src.fresh;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Engine::Suspend(Running& r, double now) {
+  cache_->Suspend(r.session->id, r.kv_valid(), now);
+  r.admitted = false;
+  r.table.clear();
+  r.queries.clear();
+  r.next_query = 0;
+  r.result.suspensions++;
+  stats_.suspensions++;
+}
+
+void Engine::Schedule(double now) {
+  if (running_.empty()) return;
+  // Blocks for the decodes' next positions; when T0 is out of them, suspend the youngest turn.
+  for (bool retry = true; retry;) {
+    retry = false;
+    for (auto& r : running_) {
+      if (!r->decoding()) continue;
+      const int need = static_cast<int>(r->seq.size());
+      if (cache_->Grow(r->session->id, need, &r->table)) continue;
+      PollTransfers();  // demotions that finished free blocks
+      if (cache_->Grow(r->session->id, need, &r->table)) continue;
+      auto youngest = std::max_element(running_.begin(), running_.end(), [](const auto& a, const auto& b) {
+        return (a->decoding() ? a->order : 0) < (b->decoding() ? b->order : 0);
+      });
+      Running& victim = **youngest;
+      Suspend(victim, now);
+      SubmitTransfers();
+      waiting_.push_front(std::move(*youngest));
+      running_.erase(youngest);
+      retry = true;
+      break;
+    }
+  }
+  if (running_.empty()) return;
+
+  // The batch: every decode one token, then prefill chunks within the token budget.
+  Batch batch;
+  std::vector<Running*> sampled;  // entries whose logits row is sampled, in row order
+  int budget = config_.max_batch_tokens;
+  for (auto& r : running_) {
+    if (!r->decoding()) continue;
+    const int32_t pos = static_cast<int32_t>(r->seq.size()) - 1;
+    int i = batch.Add(&r->seq[pos], &pos, 1, false);
+    batch.seqs[i].block_table = r->table;
+    batch.seqs[i].n_ctx = pos + 1;
+    sampled.push_back(r.get());
+    budget--;
+  }
+  std::vector<int32_t> toks;
+  for (auto& r : running_) {
+    if (r->decoding() || budget <= 0) continue;
+    const size_t k = std::min<size_t>(budget, r->queries.size() - r->next_query);
+    const int32_t* pos = r->queries.data() + r->next_query;
+    toks.resize(k);
+    for (size_t j = 0; j < k; j++) toks[j] = r->seq[pos[j]];
+    int i = batch.Add(toks.data(), pos, static_cast<int>(k), false);
+    batch.seqs[i].block_table = r->table;
+    batch.seqs[i].n_ctx = pos[k - 1] + 1;
+    const bool last = r->next_query + k == r->queries.size();
+    batch.seqs[i].logits = last;
+    if (last) sampled.push_back(r.get());
+    r->next_query += k;
+    budget -= static_cast<int>(k);
+  }
+  if (batch.seqs.empty()) return;
+
+  for (const auto& r : running_) {  // eviction never touches what this batch reads
+    if (r->admitted) MNEMO_CHECK(cache_->HoldsT0(r->session->id, r->table));
+  }
+  auto group = transfer_->SubmitSwapIns(transfer_group_ops_);
+  transfer_group_ops_.clear();
+  model_.Forward(batch, *t0_, logits_, [&](int l) { group->WaitLayer(l); });
+  stats_.steps++;
+  if (group->n_ops() > 0) {
+    group->WaitLayer(model_.config().n_layers - 1);
+    stats_.swap_in_wait_seconds += group->waited_seconds();
+    stats_.swap_in_copy_seconds += group->copy_seconds();
+  }
+
+  // Sample, stream, finish.
+  const int vocab = model_.config().vocab_size;
+  const double t = Now();
+  for (size_t row = 0; row < sampled.size(); row++) {
+    Running& r = *sampled[row];
+    if (r.req.max_tokens == 0) {  // prefill only: the context's KV is computed and kept
+      Finish(r, "length", t);
+      continue;
+    }
+    float* l = logits_.data() + row * vocab;
+    const int generated = static_cast<int>(r.result.tokens.size());
+    if (r.req.ignore_eos || generated < r.req.min_tokens) {
+      for (int32_t id : eog_tokens_) l[id] = -std::numeric_limits<float>::infinity();
+    }
+    if (generated < r.req.min_tokens) {
+      for (int32_t id : r.req.stop_tokens) {
+        if (id >= 0 && id < vocab) l[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    if (generated == 0 && r.req.capture_logits) r.result.first_logits.assign(l, l + vocab);
+    int32_t id = r.sampler->Sample(std::span<const float>(l, vocab), r.seq);
+    if (generated == 0) r.result.ttft_seconds = t - r.submitted;
+    if (!EmitToken(r, id, t)) r.tail_unfed = true;
+  }
+  // Retire finished and cancelled turns.
+  for (size_t i = 0; i < running_.size();) {
+    Running& r = *running_[i];
+    if (r.handle->cancelled() && r.result.finish_reason.empty()) Finish(r, "cancelled", t);
+    if (!r.result.finish_reason.empty()) {
+      running_.erase(running_.begin() + i);
+    } else {
+      i++;
+    }
+  }
+}
+
+// Returns false when the turn goes on (the token is appended to seq, unfed).
+bool Engine::EmitToken(Running& r, int32_t id, double now) {
+  r.result.tokens.push_back(id);
+  stats_.generated_tokens++;
+  const bool stop_token = std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), id) != r.req.stop_tokens.end();
+  if (stop_token || (!r.req.ignore_eos && tok_.IsEog(id))) {
+    if (r.req.keep_stop_token) {
+      r.seq.push_back(id);
+      r.tail_unfed = true;
+    }
+    Finish(r, "stop", now);
+    return true;
+  }
+  r.seq.push_back(id);
+  r.tail_unfed = true;
+  TurnEvent ev;
+  ev.token = id;
+  auto out = r.stop->Push(r.decoder->Push(id));
+  ev.text = out.text;
+  r.result.text += out.text;
+  r.handle->Push(std::move(ev));
+  if (out.stopped) {
+    Finish(r, "stop", now);
+  } else if (static_cast<int>(r.result.tokens.size()) >= r.req.max_tokens ||
+             static_cast<int>(r.seq.size()) >= max_context_) {
+    Finish(r, "length", now);
+  }
+  return false;
+}
+
+void Engine::Finish(Running& r, const std::string& reason, double now) {
+  Session& s = *r.session;
+  const bool keep = reason == "stop" || reason == "length";
+  if (keep && !r.stop->stopped()) {  // flush held-back text
+    auto out = r.stop->Push(r.decoder->Flush());
+    std::string tail = out.text + (out.stopped ? "" : r.stop->Flush());
+    if (!tail.empty()) {
+      r.result.text += tail;
+      TurnEvent ev;
+      ev.text = tail;
+      r.handle->Push(std::move(ev));
+    }
+  }
+  if (r.admitted) {
+    int kv = r.kv_valid();
+    if (!keep) kv = std::min(kv, static_cast<int>(s.tokens.size()));  // the turn is discarded
+    if (!config_.cache) kv = 0;  // stateless mode: the next turn recomputes everything
+    cache_->Release(s.id, kv, now);
+    r.admitted = false;
+  }
+  if (keep) {  // commit the turn to the raw token log
+    Turn t{static_cast<int>(s.tokens.size()), r.prompt_len, static_cast<int>(r.seq.size())};
+    s.tokens = r.seq;
+    s.turns.push_back(t);
+  }
+  s.busy = false;
+  s.last_active = now;
+  r.result.finish_reason = reason;
+  r.result.total_seconds = now - r.submitted;
+  if (r.result.prompt_tokens == 0) r.result.prompt_tokens = r.prompt_len;
+  stats_.turns_done++;
+  queued_--;
+  TurnEvent ev;
+  ev.kind = TurnEvent::kDone;
+  ev.result = r.result;
+  r.handle->Push(std::move(ev));
+}
+
+void Engine::ExpireSessions(double now) {
+  last_expiry_ = now;
+  std::vector<std::pair<double, SessionId>> idle;
+  for (const auto& [id, s] : sessions_) {
+    if (!s.busy) idle.push_back({s.last_active, id});
+  }
+  std::sort(idle.begin(), idle.end());
+  size_t over = config_.max_sessions > 0 && static_cast<int>(sessions_.size()) > config_.max_sessions
+                    ? sessions_.size() - config_.max_sessions : 0;
+  for (const auto& [last, id] : idle) {
+    bool expired = config_.session_ttl_s > 0 && now - last > config_.session_ttl_s;
+    if (!expired && over == 0) break;
+    cache_->RemoveSession(id);
+    sessions_.erase(id);
+    if (over > 0) over--;
+  }
+}
+
+void Engine::FlushToDisk() {
+  if (!t2_) return;
+  PollTransfers();
+  cache_->PlanFlushToDisk();
+  SubmitTransfers();
+  transfer_->WaitIdle();
+  PollTransfers();
+}
+
+void Engine::RestoreFromDisk(Session& s) {
+  if (!t2_) return;
+  if (!disk_scanned_) {
+    for (const auto& e : t2_->Scan()) disk_index_[e.id.session].push_back(e);
+    disk_scanned_ = true;
+  }
+  auto it = disk_index_.find(s.id);
+  if (it == disk_index_.end()) return;
+  // Chunks whose KV matches the log's tokens; the session's KV then extends to the furthest one.
+  std::vector<DiskTier::Entry> good;
+  int kv = 0;
+  for (const auto& e : it->second) {
+    const int begin = e.id.chunk * kBlockTokens;
+    if (e.id.valid_end <= begin || e.id.valid_end > std::min(begin + kBlockTokens, static_cast<int>(s.tokens.size()))) continue;
+    if (TokenPrefixHash(s.tokens, e.id.valid_end) != e.id.token_hash) continue;
+    good.push_back(e);
+    kv = std::max(kv, e.id.valid_end);
+  }
+  std::sort(good.begin(), good.end(), [](const auto& a, const auto& b) { return a.id.chunk < b.id.chunk; });
+  int last_chunk = -1;
+  for (const auto& e : good) {
+    const bool covers = e.id.valid_end == std::min((e.id.chunk + 1) * kBlockTokens, kv);
+    if (!covers || e.id.chunk == last_chunk || !cache_->SlotFree(e.slot)) continue;
+    cache_->RestoreChunk(s.id, e.id.chunk, Tier::kT2, e.slot, kv);
+    last_chunk = e.id.chunk;
+  }
+  disk_index_.erase(it);
+}
+
+}  // namespace mnemo

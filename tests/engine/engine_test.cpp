@@ -1,0 +1,325 @@
+// The engine against recomputation from raw tokens: whatever the tiers, the eviction policy, the
+// batching, suspensions and restarts did, every turn's tokens and logits (fp32 path, f32 KV,
+// greedy) equal those of running its whole context from scratch.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "../model/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo::testing {
+namespace {
+
+constexpr int kMaxContext = 512;
+
+struct Fixture {
+  Loaded l;
+  std::unique_ptr<LlamaModel> reference;  // a second model: the engine thread owns l.model
+  std::unique_ptr<Tokenizer> tok;
+  Fixture() : l(Load("models/stories260K/stories260K.gguf", "", kernels::Precision::kF32)) {
+    tok = std::move(Tokenizer::Create(l.file->vocab()).value());
+    reference = std::move(LlamaModel::Create(*l.file, ModelOptions{kernels::Precision::kF32}).value());
+  }
+  double block_mb() const { return l.model->kv_shape(DType::F32).BlockBytes() / 1048576.0; }
+};
+
+Fixture& F() {
+  static Fixture f;
+  return f;
+}
+
+// Greedy continuation of `context` computed from scratch: tokens and the first token's logits.
+struct Reference {
+  std::vector<int32_t> tokens;
+  std::vector<float> first_logits;
+};
+Reference FromScratch(const std::vector<int32_t>& context, int max_tokens) {
+  LlamaModel& m = *F().reference;
+  const int vocab = m.config().vocab_size;
+  KvStorage kv(m.kv_shape(DType::F32), kMaxContext / kBlockTokens + 1);
+  Blocks blocks(kMaxContext / kBlockTokens + 1, false, 0);
+  Seq s;
+  std::vector<int32_t> seq = context;
+  Reference ref;
+  auto logits = Step(m, kv, blocks, s, seq, 0, int(seq.size()));
+  std::vector<float> last(logits.end() - vocab, logits.end());
+  for (int g = 0; g < max_tokens; g++) {
+    if (g == 0) ref.first_logits = last;
+    for (int32_t id = 0; id < vocab; id++) {
+      if (F().tok->IsEog(id)) last[id] = -INFINITY;  // the turns use ignore_eos
+    }
+    int id = ArgMax(last.data(), vocab);
+    ref.tokens.push_back(id);
+    seq.push_back(id);
+    if (g + 1 < max_tokens) last = Step(m, kv, blocks, s, seq, int(seq.size()) - 1, int(seq.size()));
+  }
+  return ref;
+}
+
+EngineConfig Config(int t0_blocks, int t1_blocks, int t2_blocks, const std::string& policy, const std::string& dir = "") {
+  EngineConfig c;
+  c.kv_dtype = DType::F32;
+  const double mb = F().block_mb();
+  c.t0_mb = (t0_blocks + 0.5) * mb;
+  c.t1_mb = t1_blocks ? (t1_blocks + 0.5) * mb : 0;
+  c.t2_mb = t2_blocks ? (t2_blocks + 0.5) * mb : 0;
+  c.disk_dir = dir;
+  c.policy = policy;
+  c.max_context = kMaxContext;
+  c.max_batch_tokens = 64;
+  return c;
+}
+
+TurnRequest Greedy(SessionId s, std::vector<int32_t> append, int max_tokens) {
+  TurnRequest r;
+  r.session = s;
+  r.append = std::move(append);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  r.capture_logits = true;
+  return r;
+}
+
+std::vector<int32_t> RandomTokens(Rng& rng, int n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(3 + rng.Next() % 509);
+  return t;
+}
+
+void ExpectMatches(const TurnResult& got, const Reference& want, const std::string& what) {
+  ASSERT_EQ(got.finish_reason, "length") << what << " " << got.error;
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  ASSERT_EQ(got.first_logits.size(), want.first_logits.size()) << what;
+  double d = 0;
+  for (size_t i = 0; i < want.first_logits.size(); i++) {
+    if (std::isinf(got.first_logits[i])) continue;  // masked end-of-generation ids
+    d = std::max(d, double(std::fabs(got.first_logits[i] - want.first_logits[i])));
+  }
+  EXPECT_LE(d, 1e-4) << what;
+}
+
+// Runs `users` conversations of `turns` turns concurrently (all users' turn k submitted together)
+// and checks every turn against recomputation. Returns the engine's stats.
+EngineStats RunConversations(Engine& e, uint64_t seed, int users, int turns, std::vector<SessionId>* ids = nullptr) {
+  Rng rng(seed);
+  std::vector<SessionId> sessions;
+  for (int u = 0; u < users; u++) sessions.push_back(e.CreateSession());
+  for (int t = 0; t < turns; t++) {
+    std::vector<std::shared_ptr<TurnHandle>> handles;
+    std::vector<std::vector<int32_t>> contexts;
+    std::vector<int> lengths;
+    for (SessionId s : sessions) {
+      auto info = e.GetSession(s);
+      EXPECT_TRUE(info.ok());
+      auto append = RandomTokens(rng, 5 + int(rng.Next() % 50));
+      if (info->tokens.empty()) append.insert(append.begin(), 1);  // BOS
+      int n = 4 + int(rng.Next() % 24);
+      if (int(info->tokens.size() + append.size()) + n >= kMaxContext) continue;
+      std::vector<int32_t> ctx = info->tokens;
+      ctx.insert(ctx.end(), append.begin(), append.end());
+      auto h = e.Submit(Greedy(s, append, n));
+      EXPECT_TRUE(h.ok()) << (h.ok() ? "" : h.error().message);
+      handles.push_back(*h);
+      contexts.push_back(ctx);
+      lengths.push_back(n);
+    }
+    for (size_t i = 0; i < handles.size(); i++) {
+      TurnResult got = handles[i]->Wait();
+      ExpectMatches(got, FromScratch(contexts[i], lengths[i]), "seed " + std::to_string(seed) + " turn " + std::to_string(t));
+      EXPECT_EQ(got.prompt_tokens, int(contexts[i].size()));
+      const auto& src = got.sources;
+      EXPECT_EQ(src.cached() + src.recomputed + src.fresh, int64_t(contexts[i].size()));
+    }
+  }
+  if (ids) *ids = sessions;
+  return e.Stats();
+}
+
+TEST(Engine, TurnsReuseTheirHistoryAndMatchRecomputation) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  EngineStats st = RunConversations(**e, 1, 3, 4);
+  EXPECT_EQ(st.sources.recomputed, 0);
+  EXPECT_GT(st.sources.t0, 0);
+  EXPECT_EQ(st.suspensions, 0);
+}
+
+TEST(Engine, CacheOffRecomputesEverythingWithTheSameTokens) {
+  EngineConfig c = Config(64, 0, 0, "pensieve");
+  c.cache = false;
+  auto e = Engine::Create(*F().l.model, *F().tok, c);
+  ASSERT_TRUE(e.ok());
+  EngineStats st = RunConversations(**e, 1, 3, 3);
+  EXPECT_EQ(st.sources.cached(), 0);
+}
+
+// Random tier sizes and policies, T0 too small for the live KV: evictions, drops, swaps, disk
+// round trips and suspensions all happen, and every turn still equals recomputation.
+TEST(Engine, ExactUnderRandomTiersAndPressure) {
+  std::string dir = std::filesystem::temp_directory_path() / ("mnemo-engine-" + std::to_string(getpid()));
+  int64_t evictions = 0, swaps = 0, disk = 0, recomputed = 0;
+  for (uint64_t seed = 1; seed <= 6; seed++) {
+    Rng rng(seed * 77);
+    std::filesystem::remove_all(dir);
+    int t0 = 14 + int(rng.Next() % 10);
+    int t1 = seed % 3 == 0 ? 0 : 4 + int(rng.Next() % 12);
+    int t2 = seed % 2 == 0 ? 8 + int(rng.Next() % 30) : 0;
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(t0, t1, t2, seed % 2 ? "pensieve" : "lru", dir));
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    EngineStats st = RunConversations(**e, seed, 4, 4);
+    evictions += st.cache.evictions[0];
+    swaps += st.cache.swap_ins;
+    disk += st.cache.disk_reads;
+    recomputed += st.sources.recomputed;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(evictions, 0);
+  EXPECT_GT(swaps, 0);
+  EXPECT_GT(disk, 0);
+  EXPECT_GT(recomputed, 0);
+}
+
+// Running turns outgrow T0: the youngest is suspended (its KV demoted) and resumed later; every
+// turn completes and equals recomputation.
+TEST(Engine, SuspendsAndResumesWhenGeneratedTokensOutgrowT0) {
+  for (int t1 : {0, 16}) {
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(12, t1, 0, "pensieve"));
+    ASSERT_TRUE(e.ok());
+    Rng rng(21);
+    std::vector<std::shared_ptr<TurnHandle>> handles;
+    std::vector<std::vector<int32_t>> contexts;
+    for (int u = 0; u < 3; u++) {
+      SessionId s = (*e)->CreateSession();
+      auto append = RandomTokens(rng, 80);
+      append.insert(append.begin(), 1);
+      contexts.push_back(append);
+      handles.push_back(*(*e)->Submit(Greedy(s, append, 110)));
+    }
+    int suspended = 0;
+    for (size_t i = 0; i < handles.size(); i++) {
+      TurnResult r = handles[i]->Wait();
+      suspended += r.suspensions;
+      ExpectMatches(r, FromScratch(contexts[i], 110), "suspend t1=" + std::to_string(t1));
+    }
+    EXPECT_GT(suspended, 0);
+    EXPECT_GT((*e)->Stats().suspensions, 0);
+  }
+}
+
+TEST(Engine, CancelledTurnLeavesTheSessionAsItWas) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  SessionId s = (*e)->CreateSession();
+  Rng rng(5);
+  auto first = RandomTokens(rng, 20);
+  first.insert(first.begin(), 1);
+  TurnResult r1 = (*(*e)->Submit(Greedy(s, first, 8)))->Wait();
+  ASSERT_EQ(r1.finish_reason, "length");
+  auto before = (*e)->GetSession(s)->tokens;
+  auto h = (*e)->Submit(Greedy(s, RandomTokens(rng, 10), 400));
+  ASSERT_TRUE(h.ok());
+  TurnEvent ev;
+  ASSERT_TRUE((*h)->Next(&ev));  // generating
+  (*h)->Cancel();
+  TurnResult rc = (*h)->Wait();
+  EXPECT_EQ(rc.finish_reason, "cancelled");
+  EXPECT_EQ((*e)->GetSession(s)->tokens, before);
+  // The next turn continues from the committed log, exactly.
+  auto next = RandomTokens(rng, 12);
+  std::vector<int32_t> ctx = before;
+  ctx.insert(ctx.end(), next.begin(), next.end());
+  TurnResult r2 = (*(*e)->Submit(Greedy(s, next, 6)))->Wait();
+  ExpectMatches(r2, FromScratch(ctx, 6), "after cancel");
+}
+
+TEST(Engine, BadRequestsAreRefused) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE((*e)->Submit(Greedy(999, {1, 2, 3}, 4)).ok());  // unknown session
+  SessionId s = (*e)->CreateSession();
+  EXPECT_FALSE((*e)->Submit(Greedy(s, {1, 5000}, 4)).ok());    // token outside the vocab
+  EXPECT_FALSE((*e)->Submit(Greedy(s, std::vector<int32_t>(600, 5), 4)).ok());  // too long
+  TurnRequest bad = Greedy(s, {1, 5}, 4);
+  bad.sampling.top_p = 2;
+  EXPECT_FALSE((*e)->Submit(bad).ok());
+  // The session still works.
+  TurnResult r = (*(*e)->Submit(Greedy(s, {1, 300, 301}, 4)))->Wait();
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ((*e)->GetSession(s)->tokens.size(), 7u);
+}
+
+TEST(Engine, ForkSharesHistory) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  SessionId s = (*e)->CreateSession();
+  Rng rng(9);
+  auto first = RandomTokens(rng, 70);
+  first.insert(first.begin(), 1);
+  (*(*e)->Submit(Greedy(s, first, 10)))->Wait();
+  auto f = (*e)->ForkSession(s, 64);
+  ASSERT_TRUE(f.ok());
+  auto more = RandomTokens(rng, 9);
+  std::vector<int32_t> ctx = (*e)->GetSession(*f)->tokens;
+  ASSERT_EQ(ctx.size(), 64u);
+  ctx.insert(ctx.end(), more.begin(), more.end());
+  TurnResult r = (*(*e)->Submit(Greedy(*f, more, 5)))->Wait();
+  ExpectMatches(r, FromScratch(ctx, 5), "fork");
+  EXPECT_EQ(r.sources.t0, 64);
+  EXPECT_TRUE((*e)->DeleteSession(s).ok());
+  EXPECT_FALSE((*e)->DeleteSession(s).ok());
+}
+
+// A restart with the same disk directory: sessions come back from their token logs and their next
+// turn reads the disk tier instead of recomputing; a slot corrupted on purpose is recomputed.
+TEST(Engine, RestartReadsTheDiskTierAndRecomputesCorruptChunks) {
+  std::string dir = std::filesystem::temp_directory_path() / ("mnemo-restart-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::vector<SessionId> ids;
+  std::vector<std::vector<int32_t>> logs;
+  {
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 8, 64, "pensieve", dir));
+    ASSERT_TRUE(e.ok());
+    RunConversations(**e, 3, 2, 2, &ids);
+    for (SessionId s : ids) logs.push_back((*e)->GetSession(s)->tokens);
+  }  // shutdown writes the KV to disk
+  for (int corrupt = 0; corrupt < 2; corrupt++) {
+    if (corrupt) {  // flip one byte in the payload of the first slot
+      std::fstream f(dir + "/kv-t2.bin", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(4096 + 1000);
+      char c = 0x55;
+      f.write(&c, 1);
+    }
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 8, 64, "pensieve", dir));
+    ASSERT_TRUE(e.ok());
+    int64_t from_disk = 0, recomputed = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
+      ASSERT_TRUE((*e)->RestoreSession(ids[i], logs[i], {}).ok());
+      std::vector<int32_t> more{300, 301, 302};
+      std::vector<int32_t> ctx = logs[i];
+      ctx.insert(ctx.end(), more.begin(), more.end());
+      TurnResult r = (*(*e)->Submit(Greedy(ids[i], more, 4)))->Wait();
+      ExpectMatches(r, FromScratch(ctx, 4), "restart");
+      from_disk += r.sources.t2;
+      recomputed += r.sources.recomputed;
+      logs[i] = (*e)->GetSession(ids[i])->tokens;
+    }
+    EXPECT_GT(from_disk, 0);
+    if (corrupt) {
+      EXPECT_GT(recomputed, 0);
+    } else {
+      EXPECT_EQ(recomputed, 0);
+    }
+  }  // each shutdown writes the KV to disk again
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mnemo::testing
