@@ -163,6 +163,7 @@ void RegisterBench(CLI::App& app) {
     int rc = RunBenchEngine(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
+  RegisterBenchMultiturn(bench);
 }
 
 }  // namespace mnemo::app

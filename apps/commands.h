@@ -13,10 +13,29 @@ struct RuntimeFlags {
 };
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f);
 
+// Tier, policy and scheduler flags of commands that run the engine (serve, chat, bench multiturn).
+struct EngineFlags {
+  double t0_mb = 256;
+  double t1_mb = 0;
+  double t2_mb = 0;
+  std::string disk_dir;
+  double reserve = 0.1;
+  std::string policy = "pensieve";
+  std::string cache = "on";
+  int max_batch_tokens = 512;
+  int max_running = 64;
+  int max_context = 0;
+  double session_ttl_s = 0;
+  int max_sessions = 0;
+};
+void AddEngineFlags(CLI::App* cmd, EngineFlags* f);
+
 void RegisterGenerate(CLI::App& app);
 void RegisterInspect(CLI::App& app);
 void RegisterMakeModel(CLI::App& app);
 void RegisterBench(CLI::App& app);
+void RegisterBenchMultiturn(CLI::App* bench);
+void RegisterChat(CLI::App& app);
 
 // Progress messages on stderr, only when stderr is a terminal.
 void Progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -26,6 +26,40 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f) {
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
 }
 
+void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
+  cmd->add_option("--kv-t0-mb", f->t0_mb, "compute-tier KV pool (MB)")->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-t1-mb", f->t1_mb, "host-tier KV pool (MB); 0 = none")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-disk-mb", f->t2_mb, "disk-tier KV (MB); 0 = none")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-disk-dir", f->disk_dir, "directory of the disk tier");
+  cmd->add_option("--kv-reserve", f->reserve, "share of T0 reserved for generated tokens")->check(CLI::Range(0.0, 0.9));
+  cmd->add_option("--policy", f->policy, "eviction policy")->check(CLI::IsMember({"pensieve", "lru"}));
+  cmd->add_option("--cache", f->cache, "on: keep KV across turns; off: recompute every turn")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "tokens per forward step")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-running", f->max_running, "turns in the batch at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-context", f->max_context, "positions per session (default: the model's)");
+  cmd->add_option("--session-ttl", f->session_ttl_s, "seconds before an idle session is deleted; 0 = never");
+  cmd->add_option("--max-sessions", f->max_sessions, "sessions kept at most; 0 = no bound");
+}
+
+EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
+  EngineConfig c;
+  c.kv_dtype = kv_dtype;
+  c.t0_mb = f.t0_mb;
+  c.t1_mb = f.t1_mb;
+  c.t2_mb = f.t2_mb;
+  c.disk_dir = f.disk_dir;
+  c.reserve_fraction = f.reserve;
+  c.policy = f.policy;
+  c.cache = f.cache == "on";
+  c.max_batch_tokens = f.max_batch_tokens;
+  c.max_running = f.max_running;
+  c.max_context = f.max_context;
+  c.session_ttl_s = f.session_ttl_s;
+  c.max_sessions = f.max_sessions;
+  return c;
+}
+
 Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& tokenizer_path,
                             const RuntimeFlags& flags) {
   SetNumThreads(flags.threads);

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "commands.h"
+#include "engine/engine.h"
 #include "format/model_file.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
@@ -23,5 +24,8 @@ struct Runtime {
 // tokenizer and prepares the weights for the chosen precision.
 Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& tokenizer_path,
                             const RuntimeFlags& flags);
+
+// The engine configuration the flags describe, for a runtime's KV dtype.
+EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype);
 
 }  // namespace mnemo::app

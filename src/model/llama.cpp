@@ -51,14 +51,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Create(const ModelFile& file, co
     Layer L;
     L.attn_norm = ToF32Vector(lw.attn_norm);
     L.ffn_norm = ToF32Vector(lw.ffn_norm);
-    // Fused matrices are copied once here; Linear may repack them and then the copy is freed.
+    // Fused matrices are stacked in a temporary; Linear copies them into its own layout.
     auto qkv = StackRows({&lw.wq, &lw.wk, &lw.wv});
-    L.wqkv = kernels::Linear::CreateOwned(lw.wq.dtype, std::move(qkv), q_dim + 2 * kv_dim, c.dim,
-                                          opts.precision);
+    L.wqkv = kernels::Linear::Create(lw.wq.dtype, qkv.data(), q_dim + 2 * kv_dim, c.dim, opts.precision);
     L.wo = kernels::Linear::Create(lw.wo.dtype, lw.wo.data, c.dim, q_dim, opts.precision);
     auto gate_up = StackRows({&lw.gate, &lw.up});
-    L.w_gate_up = kernels::Linear::CreateOwned(lw.gate.dtype, std::move(gate_up), 2 * c.ffn_dim, c.dim,
-                                               opts.precision);
+    L.w_gate_up = kernels::Linear::Create(lw.gate.dtype, gate_up.data(), 2 * c.ffn_dim, c.dim, opts.precision);
     L.w_down = kernels::Linear::Create(lw.down.dtype, lw.down.data, c.dim, c.ffn_dim, opts.precision);
     m->layers_.push_back(std::move(L));
   }

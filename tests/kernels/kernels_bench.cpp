@@ -19,6 +19,7 @@
 #include "base/dtype.h"
 #include "base/rng.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/buffer.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/matmul_dnnl.h"
@@ -168,15 +169,17 @@ void BenchAttention(double budget, bool quick) {
       const char* name;
       int n_seqs, n_ctx, n_q;
     };
-    std::vector<Case> cases = {{"decode 32 seqs x ctx 512", 32, 512, 1},
+    std::vector<Case> cases = {{"decode 32 seqs x ctx 128", 32, 128, 1},
+                               {"decode 32 seqs x ctx 512", 32, 512, 1},
                                {"decode 1 seq x ctx 2048", 1, 2048, 1},
                                {"prefill 512 / ctx 512", 1, 512, 512}};
     if (!quick) cases.push_back({"prefill 2048 / ctx 2048", 1, 2048, 2048});
     for (const Case& c : cases) {
       const int blocks_per = (c.n_ctx + kBlockTokens - 1) / kBlockTokens;
       const int n_blocks = blocks_per * c.n_seqs;
-      std::vector<uint8_t> pool(DTypeBytes(t, size_t(n_blocks) * 2 * n_kv * kBlockTokens * hd));
-      PagedKvLayer kv{pool.data(), t, n_kv, hd};
+      // On huge pages, as a KV pool should be (see buffer.h): decode streams K/V like a GEMV.
+      detail::HugeBuffer pool(DTypeBytes(t, size_t(n_blocks) * 2 * n_kv * kBlockTokens * hd));
+      PagedKvLayer kv{pool.as<void>(), t, n_kv, hd};
       std::vector<int32_t> table(n_blocks);
       std::iota(table.begin(), table.end(), 0);
       for (int i = n_blocks - 1; i > 0; i--) std::swap(table[i], table[rng.Next() % (i + 1)]);

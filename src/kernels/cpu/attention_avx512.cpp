@@ -185,34 +185,66 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
 
 // ---- narrow kernel -------------------------------------------------------------------------------
 
-// C = head_dim / 16 registers per vector.
+// C = head_dim / 16 registers per vector. Blocks outermost, so each K/V block is read from
+// memory once for all the task's vectors (the GQA group of a decode step).
 template <DType DT, int C>
 void NarrowTask(const AttnArgs& a, const AttnTask& t) {
   const AttnSeq& seq = a.seqs[t.seq];
   const PagedKvLayer& kv = *a.kv;
   constexpr int hd = C * 16;
   const int nvec = t.v1 - t.v0;
+  alignas(64) float qs[kAttnNarrowVecs][hd];   // scaled queries
+  alignas(64) float acc[kAttnNarrowVecs][hd];  // running sum of p * v
+  float m[kAttnNarrowVecs], l[kAttnNarrowVecs];
+  int last[kAttnNarrowVecs];  // last visible key per vector
+  float* outp[kAttnNarrowVecs];
+  int kmax = -1;
+  const __m512 scale = _mm512_set1_ps(a.scale);
   for (int i = 0; i < nvec; i++) {
     int row, head;
     VecRowHead(a, t, t.v0 + i, &row, &head);
     const float* q = a.q + (size_t(row) * a.n_heads + head) * hd;
-    const __m512 scale = _mm512_set1_ps(a.scale);
-    __m512 qv[C], acc[C];
     for (int c = 0; c < C; c++) {
-      qv[c] = _mm512_mul_ps(_mm512_loadu_ps(q + c * 16), scale);
-      acc[c] = _mm512_setzero_ps();
+      _mm512_store_ps(qs[i] + c * 16, _mm512_mul_ps(_mm512_loadu_ps(q + c * 16), scale));
+      _mm512_store_ps(acc[i] + c * 16, _mm512_setzero_ps());
     }
-    const int last = std::min(a.q_pos[row], seq.n_ctx - 1);
-    float m = -FLT_MAX, l = 0;
-    for (int k0 = 0; k0 <= last; k0 += kBlockTokens) {
-      const int lim = std::min(kBlockTokens, last - k0 + 1);  // visible keys in this block
-      const int32_t block = seq.block_table[k0 / kBlockTokens];
-      const void* kr = KvBlockPtr(kv, block, 0, t.kv_head);
-      const void* vr = KvBlockPtr(kv, block, 1, t.kv_head);
+    m[i] = -FLT_MAX;
+    l[i] = 0;
+    last[i] = std::min(a.q_pos[row], seq.n_ctx - 1);
+    kmax = std::max(kmax, last[i]);
+    outp[i] = a.out + (size_t(row) * a.n_heads + head) * hd;
+  }
+  for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
+    const int32_t block = seq.block_table[k0 / kBlockTokens];
+    const void* kr = KvBlockPtr(kv, block, 0, t.kv_head);
+    const void* vr = KvBlockPtr(kv, block, 1, t.kv_head);
+    // The next block's K and V, one row each per key of this block for the first vector:
+    // spread out so that the prefetches are not dropped for want of miss buffers.
+    const char* next_k = nullptr;
+    const char* next_v = nullptr;
+    if (k0 + kBlockTokens <= kmax) {
+      const int32_t nb = seq.block_table[k0 / kBlockTokens + 1];
+      next_k = static_cast<const char*>(KvBlockPtr(kv, nb, 0, t.kv_head));
+      next_v = static_cast<const char*>(KvBlockPtr(kv, nb, 1, t.kv_head));
+    }
+    constexpr size_t row_bytes = size_t(hd) * (DT == DType::F32 ? 4 : 2);
+    for (int i = 0; i < nvec; i++) {
+      const int lim = std::min(kBlockTokens, last[i] - k0 + 1);  // visible keys in this block
+      if (lim <= 0) continue;
+      __m512 qv[C];
+      for (int c = 0; c < C; c++) qv[c] = _mm512_load_ps(qs[i] + c * 16);
       __m512 s[2];
       for (int h = 0; h * 16 < lim; h++) {
         __m512 part[16];
         for (int jj = 0; jj < 16; jj++) {
+          if (i == 0 && next_k != nullptr) {
+            const size_t off = size_t(h * 16 + jj) * row_bytes;
+            for (size_t b = 0; b < row_bytes; b += 64) {
+              _mm_prefetch(next_k + off + b, _MM_HINT_T0);
+              _mm_prefetch(next_v + off + b, _MM_HINT_T0);
+            }
+          }
+          // Rows past lim (stale or garbage) only reach lanes that the blend below discards.
           const size_t base = size_t(h * 16 + jj) * hd;
           __m512 p = _mm512_mul_ps(qv[0], LoadRow16<DT>(kr, base));
           for (int c = 1; c < C; c++) p = _mm512_fmadd_ps(qv[c], LoadRow16<DT>(kr, base + c * 16), p);
@@ -221,10 +253,9 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
         s[h] = _mm512_mask_blend_ps(TailMask(lim - h * 16), _mm512_set1_ps(-INFINITY), Reduce16(part));
       }
       const int halves = (lim + 15) / 16;
-      float mb = _mm512_reduce_max_ps(halves == 2 ? _mm512_max_ps(s[0], s[1]) : s[0]);
-      mb = std::max(mb, m);
-      const float corr = std::exp(m - mb);
-      m = mb;
+      const float mb = std::max(m[i], _mm512_reduce_max_ps(halves == 2 ? _mm512_max_ps(s[0], s[1]) : s[0]));
+      const float corr = std::exp(m[i] - mb);
+      m[i] = mb;
       alignas(64) float p[kBlockTokens];
       __m512 psum = _mm512_setzero_ps();
       for (int h = 0; h < halves; h++) {
@@ -232,19 +263,22 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
         psum = _mm512_add_ps(psum, e);
         _mm512_store_ps(p + h * 16, e);
       }
-      l = l * corr + _mm512_reduce_add_ps(psum);
+      l[i] = l[i] * corr + _mm512_reduce_add_ps(psum);
+      __m512 av[C];
       const __m512 vc = _mm512_set1_ps(corr);
-      for (int c = 0; c < C; c++) acc[c] = _mm512_mul_ps(acc[c], vc);
+      for (int c = 0; c < C; c++) av[c] = _mm512_mul_ps(_mm512_load_ps(acc[i] + c * 16), vc);
       for (int j = 0; j < lim; j++) {
         const __m512 pj = _mm512_set1_ps(p[j]);
         for (int c = 0; c < C; c++) {
-          acc[c] = _mm512_fmadd_ps(pj, LoadRow16<DT>(vr, size_t(j) * hd + c * 16), acc[c]);
+          av[c] = _mm512_fmadd_ps(pj, LoadRow16<DT>(vr, size_t(j) * hd + c * 16), av[c]);
         }
       }
+      for (int c = 0; c < C; c++) _mm512_store_ps(acc[i] + c * 16, av[c]);
     }
-    float* o = a.out + (size_t(row) * a.n_heads + head) * hd;
-    const __m512 inv = _mm512_set1_ps(l > 0 ? 1.0f / l : 0.0f);
-    for (int c = 0; c < C; c++) _mm512_storeu_ps(o + c * 16, _mm512_mul_ps(acc[c], inv));
+  }
+  for (int i = 0; i < nvec; i++) {
+    const __m512 inv = _mm512_set1_ps(l[i] > 0 ? 1.0f / l[i] : 0.0f);
+    for (int c = 0; c < C; c++) _mm512_storeu_ps(outp[i] + c * 16, _mm512_mul_ps(_mm512_load_ps(acc[i] + c * 16), inv));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/cpu.h"
 #include "base/status.h"
+#include "kernels/cpu/buffer.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/matmul_dnnl.h"
 
@@ -68,16 +69,15 @@ struct Linear::Impl {
   Precision precision = Precision::kF32;
   int out = 0;                       // output features
   int in = 0;                        // input features
-  // kF32: the f32 weights, [out, in]: the caller's buffer for F32, else f32_own.
-  const float* w32 = nullptr;
-  std::vector<float> f32_own;        // [out, in]
+  // kF32: the weights expanded to f32, [out, in] row-major (a copy even for F32 sources: the
+  // copy sits on huge pages, which doubles GEMV streaming speed, and src may go away).
+  HugeBuffer f32;
   // kBF16 from F32/F16/BF16: BA16a64b2a layout (gemv.h), shared by the GEMV and oneDNN.
   Bf16Blocked bf16_shape;
-  std::vector<uint16_t> bf16;        // [out_pad * in_pad]
+  HugeBuffer bf16;                   // [out_pad * in_pad] bf16
   // kBF16 from Q8_0: VNNI panels (gemv.h).
   Q8Packed q8_shape;
-  std::vector<uint8_t> q8;           // [out_pad / 16 * in / 32 * 576]
-  std::shared_ptr<const std::vector<uint8_t>> owned_src;  // CreateOwned: the weight bytes w32 points into
+  HugeBuffer q8;                     // [out_pad / 16 * in / 32 * 576] bytes
 };
 
 Linear::Linear() = default;
@@ -96,26 +96,21 @@ Linear Linear::Create(DType t, const void* src, int out, int in, Precision p) {
   m.out = out;
   m.in = in;
   if (p == Precision::kF32) {
-    if (t == DType::F32) {
-      m.w32 = static_cast<const float*>(src);
-    } else {
-      m.f32_own.resize(size_t(out) * in);
-      const size_t row_bytes = DTypeBytes(t, in);
+    m.f32 = HugeBuffer(size_t(out) * in * sizeof(float));
+    float* dst = m.f32.as<float>();
+    const size_t row_bytes = DTypeBytes(t, in);
 #pragma omp parallel for schedule(static)
-      for (int o = 0; o < out; o++) {
-        ToF32(t, static_cast<const char*>(src) + o * row_bytes, m.f32_own.data() + size_t(o) * in,
-              in);
-      }
-      m.w32 = m.f32_own.data();
+    for (int o = 0; o < out; o++) {
+      ToF32(t, static_cast<const char*>(src) + o * row_bytes, dst + size_t(o) * in, in);
     }
   } else if (t == DType::Q8_0) {
     m.q8_shape = Q8Packed{out, in, (out + kQ8PanelOut - 1) / kQ8PanelOut * kQ8PanelOut};
-    m.q8.resize(size_t(m.q8_shape.out_pad / kQ8PanelOut) * (in / kQ8Block) * kQ8RecordBytes);
-    PackQ8(static_cast<const BlockQ8_0*>(src), m.q8_shape, m.q8.data());
+    m.q8 = HugeBuffer(size_t(m.q8_shape.out_pad / kQ8PanelOut) * (in / kQ8Block) * kQ8RecordBytes);
+    PackQ8(static_cast<const BlockQ8_0*>(src), m.q8_shape, m.q8.as<uint8_t>());
   } else {
     m.bf16_shape = Bf16Shape(out, in);
-    m.bf16.resize(size_t(m.bf16_shape.out_pad) * m.bf16_shape.in_pad);
-    PackBf16Blocked(t, src, m.bf16_shape, m.bf16.data());
+    m.bf16 = HugeBuffer(size_t(m.bf16_shape.out_pad) * m.bf16_shape.in_pad * sizeof(uint16_t));
+    PackBf16Blocked(t, src, m.bf16_shape, m.bf16.as<uint16_t>());
   }
   return lin;
 }
@@ -126,13 +121,14 @@ void Linear::Forward(const float* x, int n, float* y) const {
   const Dispatch& k = Kernels();
   if (m.precision == Precision::kF32) {
     if (n <= kGemvMaxRowsF32) {
-      ParallelRows(m.out, 16, [&](int o0, int o1) { k.gemv_f32(m.w32, m.in, x, n, o0, o1, y, m.out); });
+      const float* w = m.f32.as<float>();
+      ParallelRows(m.out, 16, [&](int o0, int o1) { k.gemv_f32(w, m.in, x, n, o0, o1, y, m.out); });
     } else {
-      DnnlMatmulF32(m.w32, m.out, m.in, x, n, y);
+      DnnlMatmulF32(m.f32.as<float>(), m.out, m.in, x, n, y);
     }
     return;
   }
-  if (!m.q8.empty()) {
+  if (m.q8.size() > 0) {
     thread_local std::vector<uint8_t> xq;  // [n, in]
     thread_local std::vector<float> xd;    // [n, in / 32]
     xq.resize(size_t(n) * m.in);
@@ -143,7 +139,7 @@ void Linear::Forward(const float* x, int n, float* y) const {
     const float* xd_p = xd.data();
     k.quant_q8(x, n, m.in, xq.data(), xd.data());
     ParallelRows(m.out, kQ8PanelOut, [&](int o0, int o1) {
-      k.gemv_q8(m.q8.data(), m.q8_shape, xq_p, xd_p, n, o0, o1, y, m.out);
+      k.gemv_q8(m.q8.as<uint8_t>(), m.q8_shape, xq_p, xd_p, n, o0, o1, y, m.out);
     });
     return;
   }
@@ -158,10 +154,10 @@ void Linear::Forward(const float* x, int n, float* y) const {
   if (n <= kGemvMaxRowsBf16) {
     const uint16_t* xb_p = xb.data();  // see the q8 case
     ParallelRows(m.out, kBf16TileOut, [&](int o0, int o1) {
-      k.gemv_bf16(m.bf16.data(), s, xb_p, n, o0, o1, y, m.out);
+      k.gemv_bf16(m.bf16.as<uint16_t>(), s, xb_p, n, o0, o1, y, m.out);
     });
   } else {
-    DnnlMatmulBf16(m.bf16.data(), s, xb.data(), n, y);
+    DnnlMatmulBf16(m.bf16.as<uint16_t>(), s, xb.data(), n, y);
   }
 }
 
@@ -171,25 +167,7 @@ int Linear::in() const { return impl_ ? impl_->in : 0; }
 size_t Linear::weight_bytes() const {
   if (!impl_) return 0;
   const Impl& m = *impl_;
-  if (m.precision == Precision::kF32) return size_t(m.out) * m.in * sizeof(float);
-  if (!m.q8.empty()) return m.q8.size();
-  return m.bf16.size() * sizeof(uint16_t);
-}
-
-}  // namespace mnemo::kernels
-
-namespace mnemo::kernels {
-
-// Added by the lead for fused matrices (QKV, gate+up): only the kF32 path over F32 weights uses
-// the caller's buffer as is; then the Linear keeps the bytes alive itself.
-Linear Linear::CreateOwned(DType t, std::vector<uint8_t> src, int out, int in, Precision p) {
-  Linear lin = Create(t, src.data(), out, in, p);
-  if (lin.impl_->w32 == reinterpret_cast<const float*>(src.data())) {
-    auto owned = std::make_shared<std::vector<uint8_t>>(std::move(src));
-    lin.impl_->w32 = reinterpret_cast<const float*>(owned->data());
-    lin.impl_->owned_src = std::move(owned);
-  }
-  return lin;
+  return m.f32.size() + m.bf16.size() + m.q8.size();  // only one of them is in use
 }
 
 }  // namespace mnemo::kernels

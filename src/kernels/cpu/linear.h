@@ -21,14 +21,10 @@ enum class Precision {
 // it uses NumThreads() OpenMP threads itself.
 class Linear {
  public:
-  // src: row-major [out, in] of dtype t; `in` is a multiple of 32 for Q8_0. Create may repack
-  // (e.g. to bf16 for kBF16 or to a blocked layout); it never keeps a pointer to src after
-  // returning unless the layout is used as is, in which case src must outlive the Linear
-  // (mmapped weights do).
+  // src: row-major [out, in] of dtype t; `in` is a multiple of 32 for Q8_0. Create copies the
+  // weights into the Linear's own layout (f32, blocked bf16 or q8_0 panels, on huge pages), so
+  // src may be freed as soon as it returns.
   static Linear Create(DType t, const void* src, int out, int in, Precision p);
-  // Like Create, but the Linear takes the weight bytes (e.g. rows fused from several matrices) and
-  // frees them as soon as it has repacked them, or keeps them if it uses them as they are.
-  static Linear CreateOwned(DType t, std::vector<uint8_t> src, int out, int in, Precision p);
 
   Linear();
   ~Linear();

@@ -1,0 +1,267 @@
+// mnemo bench multiturn: replays a synthetic ShareGPT-like workload in process against the engine,
+// once per mode (cache off, lru, pensieve, ...) at the same T0 capacity, and reports throughput,
+// TTFT by turn index, where context tokens came from, swaps and evictions.
+#include <sys/resource.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "runtime.h"
+#include "workload/workload.h"
+
+namespace mnemo::app {
+namespace {
+
+struct MultiturnFlags {
+  std::string model, tokenizer;
+  WorkloadConfig workload;
+  int users = 8;                 // closed loop: concurrent users
+  double rate = 0;               // > 0: Poisson arrivals of conversations per second instead
+  float temperature = 0;
+  std::vector<std::string> modes;  // e.g. off lru pensieve; empty = the one --cache/--policy give
+  bool json = false;
+  RuntimeFlags runtime;
+  EngineFlags engine;
+};
+
+struct TurnRecord {
+  int conv = 0, turn = 0;
+  TurnResult result;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double idx = p * (v.size() - 1);
+  size_t lo = static_cast<size_t>(idx);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+long PeakRssMb() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024;
+}
+
+// The tokens a turn appends: the system prompt once, then each user message in a plain template.
+std::vector<int32_t> TurnTokens(const Tokenizer& tok, const ConversationPlan& c, int t) {
+  std::string text = "\nUser: " + c.turns[t].user_text + "\nAssistant:";
+  if (t == 0) text = c.system_text + "\n" + text;
+  return tok.Encode(text, /*add_special=*/t == 0);
+}
+
+nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlags& f,
+                       const std::vector<ConversationPlan>& convs) {
+  EngineFlags ef = f.engine;
+  if (mode == "off") {
+    ef.cache = "off";
+  } else if (mode == "lru" || mode == "pensieve") {
+    ef.policy = mode;
+  }
+  auto engine = Engine::Create(*rt.model, *rt.tokenizer, MakeEngineConfig(ef, rt.kv_dtype));
+  if (!engine.ok()) throw std::runtime_error(engine.error().message);
+  Engine& e = **engine;
+  std::mutex mu;
+  std::vector<TurnRecord> records;
+  std::atomic<int> next{0}, done_turns{0}, errors{0};
+  int total_turns = 0;
+  for (const auto& c : convs) total_turns += static_cast<int>(c.turns.size());
+
+  auto run_conversation = [&](const ConversationPlan& c) {
+    SessionId s = e.CreateSession();
+    for (int t = 0; t < static_cast<int>(c.turns.size()); t++) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(c.turns[t].think_s));
+      TurnRequest req;
+      req.session = s;
+      req.append = TurnTokens(*rt.tokenizer, c, t);
+      req.max_tokens = c.turns[t].output_tokens;
+      req.ignore_eos = true;  // forced output lengths, as serving benchmarks do
+      req.sampling.temperature = f.temperature;
+      req.sampling.seed = c.index * 1000 + t;
+      auto h = e.Submit(req);
+      if (!h.ok()) {  // e.g. the conversation outgrew the context: end it
+        errors++;
+        break;
+      }
+      TurnRecord rec{c.index, t, (*h)->Wait()};
+      const bool ok = rec.result.finish_reason == "length" || rec.result.finish_reason == "stop";
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        records.push_back(std::move(rec));
+      }
+      int d = ++done_turns;
+      Progress("%s: %d/%d turns\r", mode.c_str(), d, total_turns);
+      if (!ok) {
+        errors++;
+        break;
+      }
+    }
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  if (f.rate > 0) {  // open loop: conversations arrive as a Poisson process
+    Rng rng(f.workload.seed ^ 0x5bd1e995);
+    for (const auto& c : convs) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(-std::log(1 - rng.UniformDouble()) / f.rate));
+      threads.emplace_back(run_conversation, std::cref(c));
+    }
+  } else {  // closed loop: each user runs conversations back to back
+    for (int u = 0; u < f.users; u++) {
+      threads.emplace_back([&] {
+        for (int i; (i = next++) < static_cast<int>(convs.size());) run_conversation(convs[i]);
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Progress("\n");
+  EngineStats st = e.Stats();
+
+  // Aggregate.
+  std::sort(records.begin(), records.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.conv, a.turn) < std::tie(b.conv, b.turn); });
+  XXH3_state_t* digest = XXH3_createState();
+  XXH3_64bits_reset(digest);
+  int64_t out_tokens = 0;
+  TokenSources src;
+  std::vector<double> ttft_all;
+  std::map<int, std::vector<double>> ttft_by_turn, new_by_turn;
+  for (const auto& r : records) {
+    const auto& res = r.result;
+    XXH3_64bits_update(digest, res.tokens.data(), res.tokens.size() * sizeof(int32_t));
+    out_tokens += static_cast<int64_t>(res.tokens.size());
+    src.t0 += res.sources.t0;
+    src.t1 += res.sources.t1;
+    src.t2 += res.sources.t2;
+    src.recomputed += res.sources.recomputed;
+    src.fresh += res.sources.fresh;
+    ttft_all.push_back(res.ttft_seconds * 1000);
+    ttft_by_turn[r.turn].push_back(res.ttft_seconds * 1000);
+    new_by_turn[r.turn].push_back(static_cast<double>(res.sources.fresh));
+  }
+  char digest_hex[17];
+  std::snprintf(digest_hex, sizeof digest_hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(digest)));
+  XXH3_freeState(digest);
+  nlohmann::json j;
+  j["mode"] = mode;
+  j["policy"] = ef.policy;
+  j["cache"] = ef.cache;
+  j["wall_seconds"] = wall;
+  j["turns"] = records.size();
+  j["errors"] = errors.load();
+  j["throughput_output_tokens_per_s"] = out_tokens / wall;
+  j["throughput_requests_per_s"] = records.size() / wall;
+  j["output_tokens"] = out_tokens;
+  j["ttft_ms"] = {{"p50", Percentile(ttft_all, 0.5)}, {"p90", Percentile(ttft_all, 0.9)}, {"p99", Percentile(ttft_all, 0.99)}};
+  nlohmann::json by_turn = nlohmann::json::array(), p90_by_turn = nlohmann::json::array(),
+                 n_by_turn = nlohmann::json::array(), new_tokens_by_turn = nlohmann::json::array();
+  for (auto& [t, v] : ttft_by_turn) {
+    by_turn.push_back(Percentile(v, 0.5));
+    p90_by_turn.push_back(Percentile(v, 0.9));
+    n_by_turn.push_back(v.size());
+    new_tokens_by_turn.push_back(Percentile(new_by_turn[t], 0.5));
+  }
+  j["ttft_ms_p50_by_turn"] = by_turn;
+  j["ttft_ms_p90_by_turn"] = p90_by_turn;
+  j["turns_by_turn_index"] = n_by_turn;
+  j["new_tokens_p50_by_turn"] = new_tokens_by_turn;
+  j["tokens_by_source"] = {{"t0", src.t0}, {"t1", src.t1}, {"t2", src.t2}, {"recomputed", src.recomputed}, {"new", src.fresh}};
+  j["recomputed_tokens"] = src.recomputed;
+  j["suspensions"] = st.suspensions;
+  j["evictions"] = {{"t0", st.cache.evictions[0]}, {"t1", st.cache.evictions[1]}, {"t2", st.cache.evictions[2]}, {"dropped", st.cache.drops}};
+  j["bytes_swapped"] = {{"in", st.transfer.bytes_in}, {"out", st.transfer.bytes_out},
+                        {"disk_write", st.transfer.bytes_disk_w}, {"disk_read", st.transfer.bytes_disk_r}};
+  j["swap_in"] = {{"copy_seconds", st.swap_in_copy_seconds}, {"wait_seconds", st.swap_in_wait_seconds}};
+  j["kv_blocks"] = {{"t0", st.capacity[0]}, {"t1", st.capacity[1]}, {"t2", st.capacity[2]}, {"block_bytes", st.block_bytes}};
+  j["peak_rss_mb"] = PeakRssMb();
+  j["generated_digest"] = digest_hex;
+  return j;
+}
+
+void PrintHuman(const nlohmann::json& j) {
+  std::printf("mode %-9s %6.1f out tok/s  %5.2f req/s  TTFT p50 %7.1f ms p90 %7.1f ms  recomputed %lld  digest %s\n",
+              j["mode"].get<std::string>().c_str(), j["throughput_output_tokens_per_s"].get<double>(),
+              j["throughput_requests_per_s"].get<double>(), j["ttft_ms"]["p50"].get<double>(),
+              j["ttft_ms"]["p90"].get<double>(), static_cast<long long>(j["recomputed_tokens"].get<int64_t>()),
+              j["generated_digest"].get<std::string>().c_str());
+  std::printf("  TTFT p50 by turn (ms):");
+  for (const auto& v : j["ttft_ms_p50_by_turn"]) std::printf(" %.1f", v.get<double>());
+  std::printf("\n  tokens by source: %s\n", j["tokens_by_source"].dump().c_str());
+  std::printf("  evictions %s, swapped %s, swap-in %s\n", j["evictions"].dump().c_str(),
+              j["bytes_swapped"].dump().c_str(), j["swap_in"].dump().c_str());
+}
+
+int RunMultiturn(MultiturnFlags& f) {
+  auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
+    return 1;
+  }
+  auto convs = MakeWorkload(f.workload);
+  if (f.modes.empty()) f.modes.push_back(f.engine.cache == "off" ? "off" : f.engine.policy);
+  nlohmann::json runs = nlohmann::json::array();
+  try {
+    for (const auto& m : f.modes) {
+      runs.push_back(RunMode(m, *rt, f, convs));
+      if (!f.json) PrintHuman(runs.back());
+    }
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "error: %s\n", ex.what());
+    return 1;
+  }
+  if (f.json) {
+    if (runs.size() == 1) {
+      std::cout << runs[0].dump() << std::endl;
+    } else {
+      nlohmann::json j;
+      j["runs"] = runs;
+      std::cout << j.dump() << std::endl;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchMultiturn(CLI::App* bench) {
+  auto f = std::make_shared<MultiturnFlags>();
+  auto* cmd = bench->add_subcommand("multiturn", "replay a synthetic multi-turn chat workload in process");
+  cmd->add_option("--model", f->model, "model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
+  cmd->add_option("--seed", f->workload.seed, "workload seed");
+  cmd->add_option("--conversations", f->workload.conversations, "conversations in the run")->check(CLI::PositiveNumber);
+  cmd->add_option("--mean-turns", f->workload.mean_turns, "mean turns per conversation");
+  cmd->add_option("--max-turns", f->workload.max_turns, "cap on turns per conversation");
+  cmd->add_option("--input-median", f->workload.input_median, "user message tokens, lognormal median");
+  cmd->add_option("--input-sigma", f->workload.input_sigma, "user message tokens, lognormal sigma");
+  cmd->add_option("--output-median", f->workload.output_median, "reply tokens, lognormal median");
+  cmd->add_option("--output-sigma", f->workload.output_sigma, "reply tokens, lognormal sigma");
+  cmd->add_option("--system-tokens", f->workload.system_tokens, "system prompt length (words)");
+  cmd->add_option("--think-time", f->workload.think_mean_s, "mean think time between turns (s, exponential)");
+  cmd->add_option("--users", f->users, "concurrent users (closed loop)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rate", f->rate, "new conversations per second (Poisson, open loop) instead of --users");
+  cmd->add_option("--temperature", f->temperature, "sampling temperature (0 = greedy)");
+  cmd->add_option("--modes", f->modes, "modes to run in turn: off, lru, pensieve");
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  AddRuntimeFlags(cmd, &f->runtime);
+  AddEngineFlags(cmd, &f->engine);
+  cmd->callback([f] {
+    int rc = RunMultiturn(*f);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace mnemo::app
