@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   mnemo::app::RegisterGenerate(app);
   mnemo::app::RegisterInspect(app);
   mnemo::app::RegisterMakeModel(app);
+  mnemo::app::RegisterChat(app);
   mnemo::app::RegisterBench(app);
   try {
     app.parse(argc, argv);

@@ -17,8 +17,10 @@ namespace {
 using namespace detail;
 
 // Up to this many rows, decode-style kernels stream the weights once for all rows; beyond, GEMM.
-// Measured on a 2-core Zen 4 (kernels_bench): see the report in tests/kernels/kernels_bench.cpp.
-constexpr int kGemvMaxRowsF32 = 4;
+// kernels_bench (crossover, 2-core Zen 4, weights in L3: the GEMM's best case): the f32 GEMV
+// wins to n = 6; the bf16 GEMV ties oneDNN up to n = 32 and streams DRAM faster at small n.
+// q8_0 has no switch: its VNNI kernel beat oneDNN bf16 at every n measured, n = 512 included.
+constexpr int kGemvMaxRowsF32 = 6;
 constexpr int kGemvMaxRowsBf16 = 8;
 
 // Kernels picked once from CPUID.
