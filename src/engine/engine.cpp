@@ -176,6 +176,10 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
   return st;
 }
 
+void Engine::SetNextSessionId(SessionId n) {
+  Call([&] { next_session_ = std::max(next_session_, n); });
+}
+
 Status Engine::DeleteSession(SessionId id) {
   Status st;
   Call([&] {

@@ -95,6 +95,8 @@ class Engine {
   // or restored from the disk tier. Fails if the id exists.
   Status RestoreSession(SessionId id, std::vector<int32_t> tokens, std::vector<Turn> turns);
   Status DeleteSession(SessionId id);
+  // New sessions get ids >= n (e.g. above every id a store ever handed out).
+  void SetNextSessionId(SessionId n);
   // A new session sharing the first n_tokens of id's log (copy-on-write KV).
   Result<SessionId> ForkSession(SessionId id, int n_tokens);
   // Drops id's log (and KV) past n_tokens.

@@ -49,6 +49,8 @@ struct TurnResult {
   double total_seconds = 0;         // submit -> done
   int suspensions = 0;              // times the request was suspended for memory
   std::vector<float> first_logits;  // [vocab] when capture_logits
+  int log_begin = 0;                // the session log length before this turn
+  std::vector<int32_t> log_append;  // tokens this turn appended to the log (empty unless committed)
 };
 
 struct TurnEvent {

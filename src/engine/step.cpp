@@ -85,6 +85,10 @@ void Engine::Admit(double now) {
       }
     }
     for (int p = kv_before; p < static_cast<int>(r.seq.size()); p++) r.queries.push_back(p);
+    // Everything is cached (e.g. a regenerated reply): feed the last position again for its logits.
+    if (r.queries.empty() || r.queries.back() != static_cast<int>(r.seq.size()) - 1) {
+      r.queries.push_back(static_cast<int>(r.seq.size()) - 1);
+    }
     r.tail_unfed = false;
     transfer_group_ops_.insert(transfer_group_ops_.end(), a.swap_ins.begin(), a.swap_ins.end());
     TokenSources src{a.hit_tokens[0], a.hit_tokens[1], a.hit_tokens[2], recomputed,
@@ -270,8 +274,10 @@ void Engine::Finish(Running& r, const std::string& reason, double now) {
     cache_->Release(s.id, kv, now);
     r.admitted = false;
   }
+  r.result.log_begin = static_cast<int>(s.tokens.size());
   if (keep) {  // commit the turn to the raw token log
     Turn t{static_cast<int>(s.tokens.size()), r.prompt_len, static_cast<int>(r.seq.size())};
+    r.result.log_append.assign(r.seq.begin() + t.begin, r.seq.end());
     s.tokens = r.seq;
     s.turns.push_back(t);
   }
