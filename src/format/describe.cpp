@@ -115,8 +115,10 @@ std::string DescribeModel(const ModelFile& m) {
 std::string DescribeGguf(const gguf::GgufFile& f, bool list_tensors) {
   std::string s;
   Appendf(&s, "file:         %s\n", f.path().c_str());
-  Appendf(&s, "format:       gguf v%u, %s, alignment %" PRIu64 ", data at %" PRIu64 "\n", f.version(),
-          Bytes(f.file_size()).c_str(), f.alignment(), f.data_offset());
+  Appendf(&s, "format:       gguf v%u, %s, alignment %" PRIu64, f.version(), Bytes(f.file_size()).c_str(),
+          f.alignment());
+  if (!f.tensors().empty()) Appendf(&s, ", data at %" PRIu64, f.data_offset());
+  s += '\n';
   Appendf(&s, "metadata:     %zu keys\n", f.metadata().size());
   for (const auto& kv : f.metadata()) {
     std::string val = kv.value.ToString(6);
