@@ -35,7 +35,9 @@ void RegisterInspect(CLI::App& app);
 void RegisterMakeModel(CLI::App& app);
 void RegisterBench(CLI::App& app);
 void RegisterBenchMultiturn(CLI::App* bench);
+void RegisterBenchServe(CLI::App* bench);
 void RegisterChat(CLI::App& app);
+void RegisterServe(CLI::App& app);
 
 // Progress messages on stderr, only when stderr is a terminal.
 void Progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

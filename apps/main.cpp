@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   mnemo::app::RegisterInspect(app);
   mnemo::app::RegisterMakeModel(app);
   mnemo::app::RegisterChat(app);
+  mnemo::app::RegisterServe(app);
   mnemo::app::RegisterBench(app);
   try {
     app.parse(argc, argv);

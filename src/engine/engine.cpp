@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <cstring>
 #include <future>
 
 #include "engine/running.h"
@@ -172,6 +173,8 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
     next_session_ = std::max(next_session_, id + 1);
     cache_->AddSession(id, s.last_active);
     RestoreFromDisk(s);
+    // Positions no disk chunk covers are rebuilt from the raw tokens (counted as recomputed).
+    cache_->RestoreLength(id, std::max(0, static_cast<int>(s.tokens.size()) - 1));
   });
   return st;
 }
@@ -218,7 +221,13 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
       if (t.end <= n_tokens) dst.turns.push_back(t);
     }
     dst.created = dst.last_active = Now();
-    cache_->Fork(id, nid, std::min(n_tokens, cache_->kv_tokens(id)), dst.last_active);
+    auto copy = cache_->Fork(id, nid, std::min(n_tokens, cache_->kv_tokens(id)), dst.last_active);
+    if (copy) {  // the partial chunk's KV, copied layer by layer (nothing else touches these blocks)
+      KvStorage* from = copy->src == Tier::kT0 ? t0_.get() : t1_.get();
+      for (int l = 0; l < t0_->shape().n_layers; l++) {
+        std::memcpy(t0_->block(l, copy->dst_block), from->block(l, copy->src_block), t0_->shape().LayerBlockBytes());
+      }
+    }
     out = nid;
   });
   return out;

@@ -93,7 +93,7 @@ void CacheManager::RemoveSession(SessionId s) {
   sessions_.erase(it);
 }
 
-void CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) {
+std::optional<TransferOp> CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) {
   SessionRec& a = sessions_.at(src);
   MNEMO_CHECK(!a.acquired && !HasSession(dst) && n_tokens <= a.kv_tokens);
   SessionRec& b = sessions_[dst];
@@ -102,13 +102,24 @@ void CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) 
     b.chunks.push_back(a.chunks[i]);
     recs_[a.chunks[i]].refs++;
   }
-  if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: recomputed when needed
+  std::optional<TransferOp> copy;
+  if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: copied now, or recomputed
+    const ChunkRec& from = recs_[a.chunks[full]];
     int32_t id = NewRec(full * kBlockTokens);
     recs_[id].length = n_tokens % kBlockTokens;
+    if ((from.tier == Tier::kT0 || from.tier == Tier::kT1) && from.op == 0) {
+      int32_t blk = t0_.Allocate();
+      if (blk >= 0) {
+        copy = TransferOp{0, from.tier, from.block, Tier::kT0, blk, dst, full};
+        recs_[id].tier = Tier::kT0;
+        recs_[id].block = blk;
+      }
+    }
     b.chunks.push_back(id);
   }
   b.kv_tokens = n_tokens;
   Touch(b, now);
+  return copy;
 }
 
 void CacheManager::Truncate(SessionId s, int n_tokens) {
@@ -127,14 +138,20 @@ void CacheManager::Truncate(SessionId s, int n_tokens) {
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, n_tokens - recs_[id].begin);
 }
 
-void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens) {
+void CacheManager::RestoreLength(SessionId s, int n_tokens) {
   SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired);
   S.kv_tokens = std::max(S.kv_tokens, n_tokens);
   while (static_cast<int>(S.chunks.size()) < ChunksFor(S.kv_tokens)) {
     int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
     S.chunks.push_back(id);
   }
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, S.kv_tokens - recs_[id].begin);
+}
+
+void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens) {
+  RestoreLength(s, n_tokens);
+  SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(chunk < static_cast<int>(S.chunks.size()));
   ChunkRec& c = recs_[S.chunks[chunk]];
   MNEMO_CHECK(c.tier == Tier::kNone && pool(tier).Take(block));

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -81,11 +82,16 @@ class CacheManager {
   void RemoveSession(SessionId s);
   // dst (new) shares src's full chunks below n_tokens (copy-on-write: a shared chunk is never
   // written, since writes only go to a session's partial last chunk or beyond). A partial chunk
-  // at n_tokens is not shared: dst recomputes it. src must not be acquired.
-  void Fork(SessionId src, SessionId dst, int n_tokens, double now);
+  // at n_tokens is not shared: when src's copy is in T0 or T1 and a T0 block is free, dst gets
+  // that block and the returned op names the copy the caller must make now (synchronously);
+  // otherwise dst recomputes it. src must not be acquired.
+  std::optional<TransferOp> Fork(SessionId src, SessionId dst, int n_tokens, double now);
   // Drops s's KV past n_tokens (s not acquired). A shared chunk left partial is unshared (its
   // owner would write into it next): s then recomputes that chunk.
   void Truncate(SessionId s, int n_tokens);
+  // Declares that s has n_tokens positions whose KV can be rebuilt from its raw tokens (e.g. a
+  // session reloaded after a restart): missing chunks are recomputed when next needed.
+  void RestoreLength(SessionId s, int n_tokens);
   // Registers a chunk found in a tier at start-up (e.g. a disk slot that survived a restart).
   // Chunks must be restored in index order up to n_tokens; missing ones are kNone.
   void RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens);

@@ -264,15 +264,17 @@ TEST(Engine, ForkSharesHistory) {
   auto first = RandomTokens(rng, 70);
   first.insert(first.begin(), 1);
   (*(*e)->Submit(Greedy(s, first, 10)))->Wait();
-  auto f = (*e)->ForkSession(s, 64);
-  ASSERT_TRUE(f.ok());
-  auto more = RandomTokens(rng, 9);
-  std::vector<int32_t> ctx = (*e)->GetSession(*f)->tokens;
-  ASSERT_EQ(ctx.size(), 64u);
-  ctx.insert(ctx.end(), more.begin(), more.end());
-  TurnResult r = (*(*e)->Submit(Greedy(*f, more, 5)))->Wait();
-  ExpectMatches(r, FromScratch(ctx, 5), "fork");
-  EXPECT_EQ(r.sources.t0, 64);
+  for (int at : {64, 70}) {  // at a chunk boundary, and inside a chunk (its KV is copied)
+    auto f = (*e)->ForkSession(s, at);
+    ASSERT_TRUE(f.ok());
+    auto more = RandomTokens(rng, 9);
+    std::vector<int32_t> ctx = (*e)->GetSession(*f)->tokens;
+    ASSERT_EQ(ctx.size(), size_t(at));
+    ctx.insert(ctx.end(), more.begin(), more.end());
+    TurnResult r = (*(*e)->Submit(Greedy(*f, more, 5)))->Wait();
+    ExpectMatches(r, FromScratch(ctx, 5), "fork");
+    EXPECT_EQ(r.sources.t0, at);
+  }
   EXPECT_TRUE((*e)->DeleteSession(s).ok());
   EXPECT_FALSE((*e)->DeleteSession(s).ok());
 }

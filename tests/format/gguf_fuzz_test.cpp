@@ -1,6 +1,7 @@
 // Deterministic mutation fuzzing of the GGUF reader inside gtest: every prefix of the header area,
 // then random bit flips, overwritten fields (huge counts, lengths, offsets, types), and byte
 // insertions/deletions of small valid files. Each variant must parse or return an Error.
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -27,7 +28,7 @@ std::vector<uint8_t> TinyModel() {
   o.config = c;
   o.dtype = DType::Q8_0;
   o.vocab_path = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
-  o.output_path = std::string(MNEMO_BINARY_DIR) + "/fuzz_seed_tiny.gguf";
+  o.output_path = std::string(MNEMO_BINARY_DIR) + "/fuzz_seed_tiny." + std::to_string(getpid()) + ".gguf";  // ctest runs tests in parallel processes
   Status st = MakeModel(o);
   EXPECT_TRUE(st.ok()) << st.error().message;
   auto b = ReadFile(o.output_path);

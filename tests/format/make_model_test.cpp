@@ -1,5 +1,6 @@
 #include "format/make_model.h"
 
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,7 @@ namespace {
 const std::string kStories = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
 const std::string kSpm = std::string(MNEMO_SHARED_DIR) + "/models/vocab/ggml-vocab-llama-spm.gguf";
 
-std::string Tmp(const std::string& name) { return std::string(MNEMO_BINARY_DIR) + "/" + name; }
+std::string Tmp(const std::string& name) { return std::string(MNEMO_BINARY_DIR) + "/" + std::to_string(getpid()) + "." + name; }
 
 std::string ReadAll(const std::string& p) {
   std::ifstream f(p, std::ios::binary);

@@ -1,5 +1,6 @@
 #include "format/model_file.h"
 
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -108,7 +109,7 @@ TEST(ModelFile, Llama2cVocabEqualsGgufVocab) {
 
 class TempFile {
  public:
-  explicit TempFile(const std::string& name) : path_(std::string(MNEMO_BINARY_DIR) + "/" + name) {}
+  explicit TempFile(const std::string& name) : path_(std::string(MNEMO_BINARY_DIR) + "/" + std::to_string(getpid()) + "." + name) {}
   ~TempFile() { std::remove(path_.c_str()); }
   const std::string& path() const { return path_; }
   void Write(const std::string& bytes) { std::ofstream(path_, std::ios::binary) << bytes; }

@@ -177,7 +177,7 @@ void CheckConfig(const Config& c, const std::vector<std::pair<int, int>>& ctx_q,
   }
 }
 
-TEST(KvWrite, StoresRoundedValuesAtTheirSlots) {
+TEST(CpuKvWrite, StoresRoundedValuesAtTheirSlots) {
   Rng rng(1);
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     const int n_kv = 2, hd = 24, n_ctx = 70;
@@ -200,7 +200,7 @@ TEST(KvWrite, StoresRoundedValuesAtTheirSlots) {
 }
 
 // Decode: one query per sequence, many sequences, contexts not multiples of 32.
-TEST(PagedAttention, DecodeBatch) {
+TEST(CpuPagedAttention, DecodeBatch) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (int group : {1, 2, 4}) {
       CheckConfig({t, 2, group, 64}, {{1, 1}, {31, 1}, {33, 1}, {100, 1}, {64, 1}, {257, 1}}, 10 + group);
@@ -209,7 +209,7 @@ TEST(PagedAttention, DecodeBatch) {
 }
 
 // Prefill and mixed batches: many queries at shuffled positions, several sequences per call.
-TEST(PagedAttention, PrefillAndMixed) {
+TEST(CpuPagedAttention, PrefillAndMixed) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (int group : {1, 2, 4}) {
       CheckConfig({t, 2, group, 64}, {{150, 150}, {45, 7}, {300, 1}, {70, 33}}, 20 + group);
@@ -218,14 +218,14 @@ TEST(PagedAttention, PrefillAndMixed) {
 }
 
 // Head sizes outside the AVX-512 kernel's (portable path), and other supported ones.
-TEST(PagedAttention, OtherHeadDims) {
+TEST(CpuPagedAttention, OtherHeadDims) {
   CheckConfig({DType::F32, 2, 2, 8}, {{40, 40}, {9, 1}}, 30);
   CheckConfig({DType::BF16, 1, 3, 24}, {{70, 20}, {33, 1}}, 31);
   CheckConfig({DType::F16, 2, 4, 16}, {{50, 50}, {5, 1}}, 32);
   CheckConfig({DType::F32, 1, 4, 128}, {{90, 90}, {200, 1}}, 33);
 }
 
-TEST(PagedAttention, SameResultWithOneThread) {
+TEST(CpuPagedAttention, SameResultWithOneThread) {
   Rng rng(40);
   const int n_kv = 2, group = 2, hd = 64, n_heads = n_kv * group;
   Pool pool(DType::BF16, 20, n_kv, hd, rng);

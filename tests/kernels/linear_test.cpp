@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "base/cpu.h"
@@ -133,23 +134,23 @@ void CheckLinear(DType t, Precision p, const Case& c, const std::vector<int>& ns
 // Row counts around the GEMV / GEMM switch and the GEMM row buckets.
 const std::vector<int> kRows = {1, 2, 3, 5, 8, 9, 17, 40};
 
-TEST(Linear, F32WeightsExactPath) {
+TEST(CpuLinear, F32WeightsExactPath) {
   for (Case c : {Case{1, 1}, Case{37, 96}, Case{130, 200}, Case{65, 33}}) {
     CheckLinear(DType::F32, Precision::kF32, c, kRows, 1);
   }
 }
 
-TEST(Linear, F16AndBf16WeightsExactPath) {
+TEST(CpuLinear, F16AndBf16WeightsExactPath) {
   for (DType t : {DType::F16, DType::BF16}) {
     for (Case c : {Case{37, 96}, Case{130, 200}}) CheckLinear(t, Precision::kF32, c, kRows, 2);
   }
 }
 
-TEST(Linear, Q8WeightsExactPath) {
+TEST(CpuLinear, Q8WeightsExactPath) {
   for (Case c : {Case{37, 96}, Case{130, 224}}) CheckLinear(DType::Q8_0, Precision::kF32, c, kRows, 3);
 }
 
-TEST(Linear, Bf16PathFromF32F16Bf16) {
+TEST(CpuLinear, Bf16PathFromF32F16Bf16) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     for (Case c : {Case{1, 1}, Case{37, 96}, Case{130, 200}, Case{64, 32}, Case{200, 70}}) {
       CheckLinear(t, Precision::kBF16, c, kRows, 4);
@@ -157,20 +158,59 @@ TEST(Linear, Bf16PathFromF32F16Bf16) {
   }
 }
 
-TEST(Linear, Bf16PathQ8Weights) {
+TEST(CpuLinear, Bf16PathQ8Weights) {
   for (Case c : {Case{1, 32}, Case{37, 96}, Case{130, 224}, Case{16, 64}}) {
     CheckLinear(DType::Q8_0, Precision::kBF16, c, kRows, 5);
   }
 }
 
+// A trained matrix: the token embedding table of stories260K (llama2.c checkpoint: 7 int32 of
+// config, then [vocab, dim] f32), used as the classifier it also is, in every dtype and path.
+TEST(CpuLinear, RealWeightsStories260K) {
+  std::ifstream f(MNEMO_SHARED_DIR "/models/stories260K/stories260K.bin", std::ios::binary);
+  ASSERT_TRUE(f) << "missing stories260K.bin";
+  int32_t cfg[7];
+  f.read(reinterpret_cast<char*>(cfg), sizeof(cfg));
+  const int dim = cfg[0], vocab = std::abs(cfg[5]);
+  ASSERT_EQ(dim, 64);
+  ASSERT_EQ(vocab, 512);
+  std::vector<float> emb(size_t(vocab) * dim);
+  f.read(reinterpret_cast<char*>(emb.data()), emb.size() * sizeof(float));
+  ASSERT_TRUE(f);
+  Rng rng(11);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+    std::vector<uint8_t> raw(DTypeBytes(t, emb.size()));
+    FromF32(t, emb.data(), raw.data(), emb.size());
+    std::vector<float> exact(emb.size());
+    ToF32(t, raw.data(), exact.data(), emb.size());
+    for (Precision p : {Precision::kF32, Precision::kBF16}) {
+      Linear lin = Linear::Create(t, raw.data(), vocab, dim, p);
+      for (int n : {1, 7, 20}) {
+        SCOPED_TRACE(testing::Message() << DTypeName(t) << " prec=" << int(p) << " n=" << n);
+        std::vector<float> x = RandomVec(size_t(n) * dim, rng), y(size_t(n) * vocab);
+        lin.Forward(x.data(), n, y.data());
+        std::vector<double> ref, mag;
+        RefKind kind = p == Precision::kF32 ? RefKind::kExact
+                       : t == DType::Q8_0   ? RefKind::kQ8Acts
+                                            : RefKind::kBf16;
+        Reference(exact, x, n, vocab, dim, kind, &ref, &mag);
+        EXPECT_LT(MaxRelError(y, ref, mag), 1e-5);
+      }
+    }
+  }
+}
+
 // More rows than one oneDNN call takes (the GEMM runs in row chunks).
-TEST(Linear, ManyRows) {
+TEST(CpuLinear, ManyRows) {
   CheckLinear(DType::F32, Precision::kF32, Case{24, 40}, {530}, 6);
   CheckLinear(DType::BF16, Precision::kBF16, Case{24, 40}, {530}, 7);
   CheckLinear(DType::Q8_0, Precision::kBF16, Case{24, 64}, {530}, 8);
+  // Enough activations (n * in >= 64 K) to be converted / quantised in parallel.
+  CheckLinear(DType::BF16, Precision::kBF16, Case{24, 256}, {300}, 12);
+  CheckLinear(DType::Q8_0, Precision::kBF16, Case{24, 256}, {300}, 13);
 }
 
-TEST(Linear, SameResultWithOneThread) {
+TEST(CpuLinear, SameResultWithOneThread) {
   Rng rng(9);
   const int out = 300, in = 128;
   for (DType t : {DType::F32, DType::BF16, DType::Q8_0}) {
@@ -192,7 +232,7 @@ TEST(Linear, SameResultWithOneThread) {
 }
 
 // The portable kernels (taken on CPUs without AVX-512) against the AVX-512 ones, when present.
-TEST(LinearKernels, PortableMatchesAvx512) {
+TEST(CpuLinearKernels, PortableMatchesAvx512) {
   const CpuFeatures& f = GetCpuFeatures();
   Rng rng(10);
   const int out = 100, in = 96, n = 3;
@@ -226,6 +266,15 @@ TEST(LinearKernels, PortableMatchesAvx512) {
     for (int j = 0; j < n; j++) detail::F32ToBf16Ref(x.data() + j * in, xb.data() + j * s.in_pad, in);
     detail::GemvBf16Ref(wb.data(), s, xb.data(), n, 0, out, y1.data(), out);
     detail::GemvBf16Avx512(wb.data(), s, xb.data(), n, 0, out, y2.data(), out);
+    close(1e-5);
+  }
+  if (f.avx512f) {
+    detail::Bf16Blocked s = detail::Bf16Shape(out, in);
+    std::vector<uint16_t> wb(size_t(s.out_pad) * s.in_pad), xb(size_t(n) * s.in_pad);
+    detail::PackBf16Blocked(DType::F32, w.exact.data(), s, wb.data());
+    for (int j = 0; j < n; j++) detail::F32ToBf16Ref(x.data() + j * in, xb.data() + j * s.in_pad, in);
+    detail::GemvBf16Ref(wb.data(), s, xb.data(), n, 0, out, y1.data(), out);
+    detail::GemvBf16Avx512NoBf16(wb.data(), s, xb.data(), n, 0, out, y2.data(), out);
     close(1e-5);
   }
   if (f.avx512_vnni) {

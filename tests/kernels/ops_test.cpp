@@ -16,7 +16,7 @@ std::vector<float> RandomVec(size_t n, Rng& rng, double scale = 1.0) {
   return v;
 }
 
-TEST(RmsNorm, MatchesReference) {
+TEST(CpuRmsNorm, MatchesReference) {
   Rng rng(1);
   for (int dim : {1, 7, 16, 64, 100, 768}) {
     for (int n : {1, 3}) {
@@ -58,7 +58,7 @@ void RopeRef(std::vector<double>& x, const std::vector<int32_t>& pos, int n, int
   }
 }
 
-TEST(Rope, MatchesReference) {
+TEST(CpuRope, MatchesReference) {
   Rng rng(2);
   struct Shape {
     int n_heads, head_dim, rope_dims;
@@ -89,7 +89,7 @@ TEST(Rope, MatchesReference) {
 }
 
 // Small positions carry no angle rounding to speak of: then the match is tight.
-TEST(Rope, TightAtSmallPositions) {
+TEST(CpuRope, TightAtSmallPositions) {
   Rng rng(3);
   const int n = 64, heads = 2, hd = 64;
   std::vector<int32_t> pos(n);
@@ -101,7 +101,7 @@ TEST(Rope, TightAtSmallPositions) {
   for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(x[i], ref[i], 2e-5) << i;
 }
 
-TEST(Rope, RotationsCompose) {
+TEST(CpuRope, RotationsCompose) {
   Rng rng(4);
   const int heads = 3, hd = 32;
   std::vector<float> a = RandomVec(size_t(heads) * hd, rng), b = a;
@@ -112,7 +112,7 @@ TEST(Rope, RotationsCompose) {
   for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-4);
 }
 
-TEST(SwiGlu, MatchesReference) {
+TEST(CpuSwiGlu, MatchesReference) {
   Rng rng(5);
   for (int ffn : {1, 15, 16, 33, 2048}) {
     const int n = 3;
@@ -131,7 +131,7 @@ TEST(SwiGlu, MatchesReference) {
   }
 }
 
-TEST(AddInPlace, MatchesReference) {
+TEST(CpuAddInPlace, MatchesReference) {
   Rng rng(6);
   for (size_t n : {size_t(1), size_t(17), size_t(1000)}) {
     std::vector<float> y = RandomVec(n, rng), x = RandomVec(n, rng), ref(n);

@@ -210,13 +210,16 @@ TEST(CacheManager, ForkSharesFullChunks) {
   CacheManager::Acquired a;
   ASSERT_EQ(cm.Acquire(1, 80, 0, &a), Admission::kOk);
   cm.Release(1, 80, 0);
-  cm.Fork(1, 2, 80, 1);
+  auto copy = cm.Fork(1, 2, 80, 1);
+  ASSERT_TRUE(copy.has_value());  // the partial chunk is copied, not shared
+  EXPECT_EQ(copy->src_block, a.block_table[2]);
   CacheManager::Acquired b;
   ASSERT_EQ(cm.Acquire(2, 100, 2, &b), Admission::kOk);
   EXPECT_EQ(b.block_table[0], a.block_table[0]);
   EXPECT_EQ(b.block_table[1], a.block_table[1]);
-  EXPECT_NE(b.block_table[2], a.block_table[2]);  // the partial chunk is not shared
-  EXPECT_EQ(b.recompute, std::vector<int>{2});
+  EXPECT_EQ(b.block_table[2], copy->dst_block);
+  EXPECT_NE(b.block_table[2], a.block_table[2]);
+  EXPECT_TRUE(b.recompute.empty());
   cm.Release(2, 100, 3);
   cm.RemoveSession(1);
   EXPECT_EQ(cm.Residency(2)[0], Tier::kT0);

@@ -1,3 +1,5 @@
+// KvWrite, the portable attention kernel, and PagedAttention's task split: tasks of up to 16
+// query vectors of one (sequence, KV head), most expensive first, over NumThreads() threads.
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include "base/cpu.h"
 #include "base/status.h"
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace mnemo::kernels {
 
@@ -127,7 +130,7 @@ void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, i
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& x, const Item& y) { return x.cost > y.cost; });
-  const CpuFeatures& f = GetCpuFeatures();
+  const CpuFeatures& f = detail::KernelFeatures();
   const bool fast = f.avx512f && f.f16c && kv.head_dim % 16 == 0 &&
                     kv.head_dim <= detail::kAttnMaxHeadDimAvx512;
   const int n_items = static_cast<int>(items.size());

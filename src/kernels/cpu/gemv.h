@@ -35,6 +35,9 @@ void GemvBf16Ref(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int
                  float* y, int ldy);
 void GemvBf16Avx512(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n, int o0,
                     int o1, float* y, int ldy);
+// The same for AVX-512F CPUs without AVX512-BF16 (bf16 widened by shifts, f32 FMAs).
+void GemvBf16Avx512NoBf16(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n,
+                          int o0, int o1, float* y, int ldy);
 
 // --- q8_0 weights, repacked for VNNI -------------------------------------------------------------
 // Panels of 16 outputs; per panel and per 32-input block one 576-byte record:

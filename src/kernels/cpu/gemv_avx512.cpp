@@ -1,5 +1,5 @@
-// AVX-512 versions of the Linear kernels (gemv.h). Weight-streaming GEMVs: each weight byte is
-// read once per call for up to kMaxRows activation rows, accumulators stay in registers.
+// AVX-512 versions of the Linear kernels (gemv.h). Weight-streaming kernels: each weight byte is
+// read once per group of up to 6-8 activation rows, whose accumulators stay in registers.
 #include <algorithm>
 #include <cstring>
 
@@ -32,8 +32,23 @@ void ForRowGroups(int n, Fn&& fn) {
 
 inline __m512bh AsBh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 
+// acc + a.even * b.even + a.odd * b.odd per 32-bit lane (a, b: pairs of bf16). kNative uses
+// vdpbf16ps (AVX512-BF16); otherwise the pairs are widened by shifts (exact) and two FMAs.
+template <bool kNative>
+inline __m512 DotBf16Pairs(__m512 acc, __m512i a, __m512i b) {
+  if constexpr (kNative) {
+    return _mm512_dpbf16_ps(acc, AsBh(a), AsBh(b));
+  } else {
+    const __m512i hi = _mm512_set1_epi32(int32_t(0xffff0000u));
+    acc = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
+                          _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), acc);
+    return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(a, hi)),
+                           _mm512_castsi512_ps(_mm512_and_si512(b, hi)), acc);
+  }
+}
+
 // Rows [j0, j0 + R) of x against one 64-output block of bf16 weights (all its k tiles).
-template <int R>
+template <bool kNative, int R>
 void Bf16Block(const uint16_t* wb, int k_tiles, const uint16_t* x, int ldx, float* y, int ldy,
                int valid) {
   __m512 acc[R][4];
@@ -44,18 +59,13 @@ void Bf16Block(const uint16_t* wb, int k_tiles, const uint16_t* x, int ldx, floa
     _mm_prefetch(reinterpret_cast<const char*>(tile + 8 * kBf16TileElems), _MM_HINT_T0);
     for (int kk = 0; kk < kBf16TileIn / 2; kk++) {
       const uint16_t* row = tile + kk * 2 * kBf16TileOut;  // 64 outputs x 2 inputs
-      __m512i w0 = _mm512_loadu_si512(row);
-      __m512i w1 = _mm512_loadu_si512(row + 32);
-      __m512i w2 = _mm512_loadu_si512(row + 64);
-      __m512i w3 = _mm512_loadu_si512(row + 96);
+      __m512i w[4];
+      for (int c = 0; c < 4; c++) w[c] = _mm512_loadu_si512(row + 32 * c);
       for (int j = 0; j < R; j++) {
         int32_t pair;
         std::memcpy(&pair, x + size_t(j) * ldx + kt * kBf16TileIn + 2 * kk, 4);
-        __m512i xp = _mm512_set1_epi32(pair);
-        acc[j][0] = _mm512_dpbf16_ps(acc[j][0], AsBh(w0), AsBh(xp));
-        acc[j][1] = _mm512_dpbf16_ps(acc[j][1], AsBh(w1), AsBh(xp));
-        acc[j][2] = _mm512_dpbf16_ps(acc[j][2], AsBh(w2), AsBh(xp));
-        acc[j][3] = _mm512_dpbf16_ps(acc[j][3], AsBh(w3), AsBh(xp));
+        const __m512i xp = _mm512_set1_epi32(pair);
+        for (int c = 0; c < 4; c++) acc[j][c] = DotBf16Pairs<kNative>(acc[j][c], w[c], xp);
       }
     }
   }
@@ -63,6 +73,20 @@ void Bf16Block(const uint16_t* wb, int k_tiles, const uint16_t* x, int ldx, floa
     for (int c = 0; c < 4; c++) {
       _mm512_mask_storeu_ps(y + size_t(j) * ldy + c * 16, TailMask(valid - c * 16), acc[j][c]);
     }
+  }
+}
+
+template <bool kNative>
+void GemvBf16Impl(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n, int o0,
+                  int o1, float* y, int ldy) {
+  const int k_tiles = s.in_pad / kBf16TileIn;
+  for (int ob = o0; ob < o1; ob += kBf16TileOut) {
+    const uint16_t* wb = w + size_t(ob / kBf16TileOut) * k_tiles * kBf16TileElems;
+    const int valid = std::min(kBf16TileOut, o1 - ob);
+    ForRowGroups<6>(n, [&]<int R>(int j) {
+      Bf16Block<kNative, R>(wb, k_tiles, x + size_t(j) * s.in_pad, s.in_pad,
+                            y + size_t(j) * ldy + ob, ldy, valid);
+    });
   }
 }
 
@@ -127,15 +151,12 @@ void F32Row(const float* w, int in, const float* x, float* y, int ldy) {
 
 void GemvBf16Avx512(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n, int o0,
                     int o1, float* y, int ldy) {
-  const int k_tiles = s.in_pad / kBf16TileIn;
-  for (int ob = o0; ob < o1; ob += kBf16TileOut) {
-    const uint16_t* wb = w + size_t(ob / kBf16TileOut) * k_tiles * kBf16TileElems;
-    const int valid = std::min(kBf16TileOut, o1 - ob);
-    ForRowGroups<6>(n, [&]<int R>(int j) {
-      Bf16Block<R>(wb, k_tiles, x + size_t(j) * s.in_pad, s.in_pad, y + size_t(j) * ldy + ob, ldy,
-                   valid);
-    });
-  }
+  GemvBf16Impl<true>(w, s, x, n, o0, o1, y, ldy);
+}
+
+void GemvBf16Avx512NoBf16(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n,
+                          int o0, int o1, float* y, int ldy) {
+  GemvBf16Impl<false>(w, s, x, n, o0, o1, y, ldy);
 }
 
 void QuantizeActQ8Avx512(const float* x, int n, int in, uint8_t* xq, float* xd) {

@@ -1,3 +1,5 @@
+// Linear: weight repacking at Create, and the choice per call between the weight-streaming
+// kernels (gemv.h, parallel over output rows) and oneDNN's GEMM (matmul_dnnl.h).
 #include "kernels/cpu/linear.h"
 
 #include <omp.h>
@@ -8,6 +10,7 @@
 #include "base/cpu.h"
 #include "base/status.h"
 #include "kernels/cpu/buffer.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/matmul_dnnl.h"
 
@@ -35,11 +38,12 @@ struct Dispatch {
 const Dispatch& Kernels() {
   static const Dispatch d = [] {
     Dispatch k;
-    const CpuFeatures& f = GetCpuFeatures();
+    const CpuFeatures& f = KernelFeatures();
     if (f.avx512f) {
       k.gemv_f32 = GemvF32Avx512;
       k.to_bf16 = F32ToBf16Avx512;
       k.quant_q8 = QuantizeActQ8Avx512;
+      k.gemv_bf16 = GemvBf16Avx512NoBf16;
     }
     if (f.avx512_bf16) k.gemv_bf16 = GemvBf16Avx512;
     if (f.avx512_vnni) k.gemv_q8 = GemvQ8Avx512;
@@ -62,6 +66,19 @@ void ParallelRows(int out, int align, Fn fn) {
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int c = 0; c < n_chunks; c++) fn(c * chunk, std::min(out, (c + 1) * chunk));
+}
+
+// Runs fn(j0, j1) over activation rows [0, n), in parallel once there are enough elements
+// (~64 K) to pay for it: converting a prefill batch is otherwise ~10% of a q8_0 GEMM.
+template <class Fn>
+void ParallelActRows(int n, int in, Fn fn) {
+  const int threads = NumThreads();
+  if (threads == 1 || n < 2 || size_t(n) * in < (size_t(1) << 16)) return fn(0, n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; t++) {
+    const int j0 = int(int64_t(n) * t / threads), j1 = int(int64_t(n) * (t + 1) / threads);
+    if (j1 > j0) fn(j0, j1);
+  }
 }
 
 }  // namespace
@@ -137,9 +154,12 @@ void Linear::Forward(const float* x, int n, float* y) const {
     xd.resize(size_t(n) * (m.in / kQ8Block));
     // Thread-locals are named through plain pointers: inside the parallel region the names
     // would refer to the worker threads' own (empty) instances.
-    const uint8_t* xq_p = xq.data();
-    const float* xd_p = xd.data();
-    k.quant_q8(x, n, m.in, xq.data(), xd.data());
+    uint8_t* xq_p = xq.data();
+    float* xd_p = xd.data();
+    const int nb = m.in / kQ8Block;
+    ParallelActRows(n, m.in, [&](int j0, int j1) {
+      k.quant_q8(x + size_t(j0) * m.in, j1 - j0, m.in, xq_p + size_t(j0) * m.in, xd_p + size_t(j0) * nb);
+    });
     ParallelRows(m.out, kQ8PanelOut, [&](int o0, int o1) {
       k.gemv_q8(m.q8.as<uint8_t>(), m.q8_shape, xq_p, xd_p, n, o0, o1, y, m.out);
     });
@@ -148,15 +168,16 @@ void Linear::Forward(const float* x, int n, float* y) const {
   const Bf16Blocked& s = m.bf16_shape;
   thread_local std::vector<uint16_t> xb;  // [n, in_pad] bf16, zero padded
   xb.resize(size_t(n) * s.in_pad);
-  for (int j = 0; j < n; j++) {
-    k.to_bf16(x + size_t(j) * m.in, xb.data() + size_t(j) * s.in_pad, m.in);
-    std::fill(xb.data() + size_t(j) * s.in_pad + m.in, xb.data() + size_t(j + 1) * s.in_pad,
-              uint16_t(0));
-  }
+  uint16_t* xb_w = xb.data();  // see the q8 case
+  ParallelActRows(n, m.in, [&](int j0, int j1) {
+    for (int j = j0; j < j1; j++) {
+      k.to_bf16(x + size_t(j) * m.in, xb_w + size_t(j) * s.in_pad, m.in);
+      std::fill(xb_w + size_t(j) * s.in_pad + m.in, xb_w + size_t(j + 1) * s.in_pad, uint16_t(0));
+    }
+  });
   if (n <= kGemvMaxRowsBf16) {
-    const uint16_t* xb_p = xb.data();  // see the q8 case
     ParallelRows(m.out, kBf16TileOut, [&](int o0, int o1) {
-      k.gemv_bf16(m.bf16.as<uint16_t>(), s, xb_p, n, o0, o1, y, m.out);
+      k.gemv_bf16(m.bf16.as<uint16_t>(), s, xb_w, n, o0, o1, y, m.out);
     });
   } else {
     DnnlMatmulBf16(m.bf16.as<uint16_t>(), s, xb.data(), n, y);

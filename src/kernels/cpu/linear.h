@@ -13,7 +13,9 @@ namespace mnemo::kernels {
 // The arithmetic a Linear uses.
 enum class Precision {
   kF32,   // exact path: weights expanded to f32 values, f32 products and sums (golden tests)
-  kBF16,  // fast path: activations rounded to bf16, bf16 (or q8_0) weights, f32 accumulation
+  kBF16,  // fast path: activations rounded to bf16, bf16 (or q8_0) weights, f32 accumulation.
+          // With q8_0 weights the activations are instead quantised to int8 per 32-block
+          // (d = max|x| / 127, as llama.cpp's q8_0 dot) and multiplied with VNNI.
 };
 
 // A weight matrix W, row-major [out, in], prepared once for repeated y = x W^T.
@@ -34,7 +36,7 @@ class Linear {
   Linear& operator=(const Linear&) = delete;
 
   // x: [n, in] f32 row-major -> y: [n, out] f32 row-major. n >= 1. Small n (decode) takes a
-  // memory-bound GEMV-style kernel; large n a compute-bound GEMM (oneDNN / BLAS).
+  // memory-bound GEMV-style kernel; large n a compute-bound GEMM (oneDNN; q8_0: VNNI kernel).
   void Forward(const float* x, int n, float* y) const;
 
   int out() const;

@@ -1,3 +1,4 @@
+// oneDNN matmul primitives, cached per (type, rows bucket, out, in), run in row chunks.
 #include "kernels/cpu/matmul_dnnl.h"
 
 #include <algorithm>

@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "base/cpu.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops_internal.h"
 
 namespace mnemo::kernels {
 namespace {
 
 bool UseAvx512() {
-  static const bool yes = GetCpuFeatures().avx512f;
+  static const bool yes = detail::KernelFeatures().avx512f;
   return yes;
 }
 

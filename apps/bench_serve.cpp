@@ -1,0 +1,662 @@
+// mnemo bench serve: replays the synthetic multi-turn workload of `bench multiturn` over HTTP
+// against a running server (mnemo serve, or llama.cpp's llama-server for comparison) and reports
+// throughput, TTFT / inter-token latency / latency percentiles, and cache hits by turn index.
+//
+// Three client behaviours, one per --api:
+//   chat       POST /v1/chat/completions with the whole message history every turn (stateless API)
+//   responses  POST /v1/responses with only the new turn and previous_response_id (stateful API)
+//   llamacpp   POST /completion with the whole rendered prompt, cache_prompt and a slot per
+//              user (llama-server's best case)
+// Every mode forces the planned reply length (ignore_eos) and decodes greedily, so all systems
+// generate the same number of tokens for the same workload.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "base/rng.h"
+#include "base/status.h"
+#include "commands.h"
+#include "workload/workload.h"
+
+namespace mnemo::app {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct ServeBenchFlags {
+  std::string url = "http://127.0.0.1:8080";  // server root; only loopback hosts are accepted
+  std::string api = "chat";                   // chat, responses or llamacpp
+  std::string api_key;                        // sent as "Authorization: Bearer ..." when set
+  std::string model_name;                     // "model" field; empty = first id of GET /v1/models
+  std::string label;                          // name of the system under test in the JSON (plots)
+  WorkloadConfig workload;
+  int users = 8;                              // closed loop: concurrent users
+  double rate = 0;                            // > 0: Poisson conversation arrivals per second instead
+  int slots = 0;                              // llamacpp: pin each user (open loop: conversation) to a slot; 0 = server picks
+  int max_requests = 0;                       // stop issuing after this many requests; 0 = no limit
+  double duration_s = 0;                      // stop issuing after this many seconds; 0 = no limit
+  double timeout_s = 600;                     // per-request read timeout (s)
+  bool json = false;
+  std::string csv;                            // one row per request, when set
+};
+
+// Where to send requests: a loopback host, a port and an optional path prefix.
+struct Target {
+  std::string host;
+  int port = 80;
+  std::string prefix;  // prepended to every API path, e.g. "" or "/proxy"
+};
+
+// One request of the run, as the client saw it.
+struct RequestRecord {
+  int conv = 0;                    // conversation index in the workload
+  int turn = 0;                    // turn index in the conversation (0 = first)
+  double start_s = 0;              // send time, seconds since the run started
+  double ttft_s = -1;              // send to first non-empty text chunk (s); -1 if none came
+  double latency_s = 0;            // send to end of stream (s)
+  std::vector<double> itl_s;       // gaps between consecutive text chunks (s)
+  int64_t prompt_tokens = -1;      // context tokens the server reported; -1 if not reported
+  int64_t cached_tokens = -1;      // of which served from its cache; -1 if not reported
+  int64_t completion_tokens = -1;  // generated tokens reported (text chunks if not reported)
+  int planned_output = 0;          // the forced reply length asked for
+  std::vector<int64_t> sources;    // mnemo chat usage: context tokens from t0, t1, t2, recomputed, new
+  std::string error;               // empty when the request succeeded
+};
+
+// Splits a byte stream into lines ("\n" or "\r\n") and hands each "data:" payload to a callback.
+// Anything else (event:, comments, blank separators) is ignored; the payload's own fields say
+// what it is. The first bytes are kept to explain a non-SSE error body.
+class SseReader {
+ public:
+  explicit SseReader(std::function<void(std::string_view)> on_data) : on_data_(std::move(on_data)) {}
+  void Feed(const char* data, size_t n) {
+    if (head_.size() < 2000) head_.append(data, std::min(n, 2000 - head_.size()));
+    buf_.append(data, n);
+    size_t start = 0;
+    for (size_t nl; (nl = buf_.find('\n', start)) != std::string::npos; start = nl + 1) {
+      std::string_view line(buf_.data() + start, nl - start);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.substr(0, 5) == "data:") {
+        line.remove_prefix(5);
+        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+        on_data_(line);
+      }
+    }
+    buf_.erase(0, start);
+  }
+  const std::string& head() const { return head_; }
+
+ private:
+  std::function<void(std::string_view)> on_data_;
+  std::string buf_;   // bytes after the last complete line
+  std::string head_;  // first 2000 bytes of the body
+};
+
+// The keys of mnemo's usage.mnemo_tokens_by_source, in the order RequestRecord::sources keeps them.
+constexpr const char* kSources[] = {"t0", "t1", "t2", "recomputed", "new"};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double idx = p * (v.size() - 1);
+  size_t lo = static_cast<size_t>(idx);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
+}
+
+Json Percentiles(const std::vector<double>& v) {
+  double mean = 0;
+  for (double x : v) mean += x;
+  return {{"p50", Percentile(v, 0.5)}, {"p90", Percentile(v, 0.9)}, {"p99", Percentile(v, 0.99)},
+          {"mean", v.empty() ? 0.0 : mean / v.size()}};
+}
+
+double LoadAverage() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
+// Parses http://HOST[:PORT][/prefix]; refuses anything but the loopback address: this tool puts
+// load on a server and must not be pointed at someone else's.
+Result<Target> ParseUrl(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) {
+    return MakeError("--url must start with http:// (got '%s')", url.c_str());
+  }
+  std::string rest = url.substr(scheme.size());
+  Target t;
+  size_t slash = rest.find('/');
+  if (slash != std::string::npos) {
+    t.prefix = rest.substr(slash);
+    rest.resize(slash);
+    while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
+  }
+  size_t colon = rest.rfind(':');
+  t.host = rest;
+  if (colon != std::string::npos) {
+    t.host = rest.substr(0, colon);
+    const std::string p = rest.substr(colon + 1);
+    char* end = nullptr;
+    long port = std::strtol(p.c_str(), &end, 10);
+    if (p.empty() || *end != '\0' || port < 1 || port > 65535) {
+      return MakeError("--url has a bad port '%s'", p.c_str());
+    }
+    t.port = static_cast<int>(port);
+  }
+  if (t.host == "localhost") t.host = "127.0.0.1";
+  if (t.host != "127.0.0.1") {
+    return MakeError("--url host '%s' refused: bench serve only targets a server on this machine (127.0.0.1)",
+                     t.host.c_str());
+  }
+  return t;
+}
+
+std::string RenderPlain(const ConversationPlan& c, const std::vector<std::string>& replies, int turn) {
+  // The same text layout the in-process benchmark feeds the engine, as one prompt.
+  std::string p = "System: " + c.system_text;
+  for (int t = 0; t <= turn; t++) {
+    p += "\n\nUser: " + c.turns[t].user_text + "\n\nAssistant:";
+    if (t < turn) p += replies[t];
+  }
+  return p;
+}
+
+// Runs the conversations on client threads (one per closed-loop user, or one per conversation in
+// the open loop), each with its own keep-alive connection.
+class ServeBench {
+ public:
+  ServeBench(const ServeBenchFlags& f, Target target) : f_(f), target_(std::move(target)) {}
+
+  // Runs the workload; returns the per-request records sorted by (conversation, turn).
+  std::vector<RequestRecord> Run(const std::vector<ConversationPlan>& convs);
+  double wall_seconds() const { return wall_s_; }
+  const std::string& model() const { return model_; }
+
+ private:
+  httplib::Headers Headers() const {
+    httplib::Headers h{{"Accept", "text/event-stream"}};
+    if (!f_.api_key.empty()) h.emplace("Authorization", "Bearer " + f_.api_key);
+    return h;
+  }
+  void ResolveModel();
+  // `user` is the closed-loop user running it, or -1 in the open loop.
+  void RunConversation(const ConversationPlan& c, int user);
+  // One streamed request; fills `rec` and returns the reply text (and, for responses, its id).
+  std::string Send(httplib::Client& cli, const std::string& path, const Json& body, RequestRecord* rec,
+                   std::string* response_id);
+  bool ShouldStop() const {
+    return stop_.load() ||
+           (f_.duration_s > 0 && std::chrono::duration<double>(Clock::now() - t0_).count() >= f_.duration_s);
+  }
+  // Sleeps `s` seconds or until the run must stop; false if it must stop.
+  bool Think(double s) {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    while (Clock::now() < until) {
+      if (ShouldStop()) return false;
+      std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
+    }
+    return !ShouldStop();
+  }
+
+  const ServeBenchFlags& f_;
+  Target target_;
+  std::string model_;
+  Clock::time_point t0_;
+  double wall_s_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> issued_{0}, done_{0};
+  int total_turns_ = 0;
+  std::mutex mu_;                         // guards records_ (every conversation thread appends)
+  std::vector<RequestRecord> records_;
+};
+
+void ServeBench::ResolveModel() {
+  model_ = f_.model_name;
+  if (!model_.empty() || f_.api == "llamacpp") return;
+  httplib::Client cli(target_.host, target_.port);
+  cli.set_read_timeout(10, 0);
+  auto res = cli.Get(target_.prefix + "/v1/models", Headers());
+  if (res && res->status == 200) {
+    Json j = Json::parse(res->body, nullptr, false);
+    if (j.is_object() && j["data"].is_array() && !j["data"].empty() && j["data"][0]["id"].is_string()) {
+      model_ = j["data"][0]["id"].get<std::string>();
+    }
+  }
+  if (model_.empty()) model_ = "default";
+}
+
+std::string ServeBench::Send(httplib::Client& cli, const std::string& path, const Json& body, RequestRecord* rec,
+                             std::string* response_id) {
+  std::string text;
+  auto sent = Clock::now();
+  Clock::time_point last;
+  int chunks = 0;
+  auto on_text = [&](const std::string& s) {
+    if (s.empty()) return;
+    const auto now = Clock::now();
+    if (chunks == 0) {
+      rec->ttft_s = std::chrono::duration<double>(now - sent).count();
+    } else {
+      rec->itl_s.push_back(std::chrono::duration<double>(now - last).count());
+    }
+    last = now;
+    chunks++;
+    text += s;
+  };
+  auto fail = [&](const std::string& msg) {
+    if (rec->error.empty()) rec->error = msg;
+  };
+  auto num = [](const Json& j, const char* key) -> int64_t {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+  };
+  SseReader sse([&](std::string_view payload) {
+    if (payload == "[DONE]") return;
+    Json j = Json::parse(payload, nullptr, false);
+    if (!j.is_object()) return fail("unparsable stream event: " + std::string(payload.substr(0, 200)));
+    if (j.contains("error")) {
+      const Json& e = j["error"];
+      return fail(e.is_object() && e.contains("message") ? e["message"].dump() : e.dump());
+    }
+    if (f_.api == "chat") {
+      if (j["choices"].is_array() && !j["choices"].empty()) {
+        const Json& d = j["choices"][0]["delta"];
+        if (d.is_object() && d["content"].is_string()) on_text(d["content"].get<std::string>());
+      }
+      if (j["usage"].is_object()) {
+        const Json& u = j["usage"];
+        rec->prompt_tokens = num(u, "prompt_tokens");
+        rec->completion_tokens = num(u, "completion_tokens");
+        if (u["prompt_tokens_details"].is_object()) rec->cached_tokens = num(u["prompt_tokens_details"], "cached_tokens");
+        if (u["mnemo_tokens_by_source"].is_object()) {  // mnemo's extension: where the context's KV came from
+          rec->sources.clear();
+          for (const char* k : kSources) rec->sources.push_back(std::max<int64_t>(0, num(u["mnemo_tokens_by_source"], k)));
+        }
+      }
+    } else if (f_.api == "responses") {
+      const std::string type = j.value("type", "");
+      if (type == "response.output_text.delta" && j["delta"].is_string()) {
+        on_text(j["delta"].get<std::string>());
+      } else if (type == "response.created" && j["response"].is_object()) {
+        *response_id = j["response"].value("id", "");
+      } else if (type == "response.completed" || type == "response.incomplete") {
+        const Json& r = j["response"];
+        *response_id = r.value("id", *response_id);
+        if (r["usage"].is_object()) {
+          const Json& u = r["usage"];
+          rec->prompt_tokens = num(u, "input_tokens");
+          rec->completion_tokens = num(u, "output_tokens");
+          if (u["input_tokens_details"].is_object()) rec->cached_tokens = num(u["input_tokens_details"], "cached_tokens");
+        }
+      } else if (type == "response.failed") {
+        fail("response failed: " + j["response"].value("error", Json()).dump());
+      }
+    } else {  // llamacpp
+      if (j["content"].is_string()) on_text(j["content"].get<std::string>());
+      if (j.value("stop", false)) {
+        rec->prompt_tokens = num(j, "tokens_evaluated");
+        rec->completion_tokens = num(j, "tokens_predicted");
+        // timings.cache_n: prompt tokens reused from the slot; "tokens_cached" is the slot's whole
+        // length after the reply, which counts the reply too.
+        if (j["timings"].is_object()) {
+          rec->cached_tokens = num(j["timings"], "cache_n");
+          const int64_t processed = num(j["timings"], "prompt_n");
+          if (rec->cached_tokens < 0 && processed >= 0 && rec->prompt_tokens >= 0) {
+            rec->cached_tokens = rec->prompt_tokens - processed;
+          }
+        }
+      }
+    }
+  });
+
+  httplib::Request req;
+  req.method = "POST";
+  req.path = target_.prefix + path;
+  req.headers = Headers();
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    sse.Feed(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  bool ok = cli.send(req, res, err);
+  if (!ok && (err == httplib::Error::Read || err == httplib::Error::Write) && sse.head().empty()) {
+    // The server closed the kept-alive connection just as it was reused (llama-server does this
+    // after streams): nothing was sent or received, so send again on a new connection.
+    res = httplib::Response();
+    sent = Clock::now();
+    ok = cli.send(req, res, err);
+  }
+  rec->latency_s = std::chrono::duration<double>(Clock::now() - sent).count();
+  if (!ok) {
+    rec->error = "HTTP request failed: " + httplib::to_string(err);
+  } else if (res.status != 200) {
+    rec->error = "HTTP " + std::to_string(res.status) + ": " + sse.head().substr(0, 300);
+  } else if (rec->error.empty() && chunks == 0 && rec->planned_output > 0) {
+    rec->error = "the stream ended without any text";
+  }
+  if (rec->completion_tokens < 0) rec->completion_tokens = chunks;
+  return text;
+}
+
+void ServeBench::RunConversation(const ConversationPlan& c, int user) {
+  httplib::Client cli(target_.host, target_.port);
+  cli.set_keep_alive(true);
+  cli.set_connection_timeout(10, 0);
+  const auto timeout_us = static_cast<int64_t>(f_.timeout_s * 1e6);
+  cli.set_read_timeout(timeout_us / 1000000, timeout_us % 1000000);
+  cli.set_write_timeout(60, 0);
+  std::vector<std::string> replies;
+  std::string previous_id;
+  for (int t = 0; t < static_cast<int>(c.turns.size()); t++) {
+    const TurnPlan& turn = c.turns[t];
+    if (!Think(turn.think_s)) return;
+    if (f_.max_requests > 0 && issued_.fetch_add(1) >= f_.max_requests) {
+      stop_ = true;
+      return;
+    }
+    RequestRecord rec;
+    rec.conv = c.index;
+    rec.turn = t;
+    rec.planned_output = turn.output_tokens;
+    rec.start_s = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const int64_t seed = int64_t(c.index) * 1000 + t;
+    Json body;
+    std::string path;
+    if (f_.api == "chat") {
+      Json msgs = Json::array({{{"role", "system"}, {"content", c.system_text}}});
+      for (int k = 0; k <= t; k++) {
+        msgs.push_back({{"role", "user"}, {"content", c.turns[k].user_text}});
+        if (k < t) msgs.push_back({{"role", "assistant"}, {"content", replies[k]}});
+      }
+      path = "/v1/chat/completions";
+      body = {{"model", model_}, {"messages", std::move(msgs)}, {"stream", true},
+              {"stream_options", {{"include_usage", true}}}, {"max_tokens", turn.output_tokens},
+              {"min_tokens", turn.output_tokens}, {"ignore_eos", true}, {"temperature", 0}, {"seed", seed}};
+    } else if (f_.api == "responses") {
+      path = "/v1/responses";
+      // instructions apply to one response only (they are not inherited through
+      // previous_response_id), so a client that keeps its system prompt resends them each turn.
+      body = {{"model", model_}, {"input", turn.user_text}, {"instructions", c.system_text}, {"stream", true},
+              {"max_output_tokens", turn.output_tokens}, {"min_tokens", turn.output_tokens},
+              {"ignore_eos", true}, {"temperature", 0}, {"seed", seed}};
+      if (!previous_id.empty()) body["previous_response_id"] = previous_id;
+    } else {
+      path = "/completion";
+      body = {{"prompt", RenderPlain(c, replies, t)}, {"cache_prompt", true}, {"n_predict", turn.output_tokens},
+              {"ignore_eos", true}, {"stream", true}, {"temperature", 0}, {"seed", seed}};
+      // llama-server's best case: a user's conversations run one after another, so pinning each user to
+      // a slot keeps a conversation's prefix in its slot between turns (with users <= slots).
+      if (f_.slots > 0) body["id_slot"] = (user >= 0 ? user : c.index) % f_.slots;
+    }
+    std::string id;
+    std::string reply = Send(cli, path, body, &rec, &id);
+    const bool ok = rec.error.empty();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      records_.push_back(std::move(rec));
+    }
+    Progress("%s: %d/%d requests\r", f_.api.c_str(), ++done_, total_turns_);
+    if (!ok) return;  // the conversation cannot go on without this reply
+    replies.push_back(std::move(reply));
+    previous_id = id;
+  }
+}
+
+std::vector<RequestRecord> ServeBench::Run(const std::vector<ConversationPlan>& convs) {
+  ResolveModel();
+  for (const auto& c : convs) total_turns_ += static_cast<int>(c.turns.size());
+  t0_ = Clock::now();
+  std::vector<std::thread> threads;
+  if (f_.rate > 0) {  // open loop: conversations arrive as a Poisson process (the same as bench multiturn)
+    Rng rng(f_.workload.seed ^ 0x5bd1e995);
+    for (const auto& c : convs) {
+      if (!Think(-std::log(1 - rng.UniformDouble()) / f_.rate)) break;
+      threads.emplace_back([this, &c] { RunConversation(c, -1); });
+    }
+  } else {  // closed loop: each user runs conversations back to back
+    std::atomic<int> next{0};
+    for (int u = 0; u < f_.users; u++) {
+      threads.emplace_back([this, &convs, &next, u] {
+        for (int i; !ShouldStop() && (i = next++) < static_cast<int>(convs.size());) RunConversation(convs[i], u);
+      });
+    }
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+  for (auto& t : threads) t.join();
+  wall_s_ = std::chrono::duration<double>(Clock::now() - t0_).count();
+  Progress("\n");
+  std::sort(records_.begin(), records_.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.conv, a.turn) < std::tie(b.conv, b.turn); });
+  return std::move(records_);
+}
+
+Json Summarize(const ServeBenchFlags& f, const std::string& model, const std::vector<RequestRecord>& recs,
+               double wall_s, double load_start, double load_end) {
+  std::vector<double> ttft, itl, latency;
+  std::map<int, std::vector<double>> ttft_by, latency_by, prompt_by;
+  std::map<int, int64_t> cached_sum_by, prompt_sum_by, n_by, err_by;
+  int64_t out_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
+  std::vector<int64_t> sources(std::size(kSources), 0);
+  bool have_sources = false;
+  int errors = 0, ok = 0;
+  std::map<std::string, int> error_kinds;
+  for (const auto& r : recs) {
+    if (!r.error.empty()) {
+      errors++;
+      err_by[r.turn]++;
+      error_kinds[r.error.substr(0, 200)]++;
+      continue;
+    }
+    ok++;
+    out_tokens += std::max<int64_t>(r.completion_tokens, 0);
+    if (r.ttft_s >= 0) {
+      ttft.push_back(r.ttft_s * 1e3);
+      ttft_by[r.turn].push_back(r.ttft_s * 1e3);
+    }
+    for (double x : r.itl_s) itl.push_back(x * 1e3);
+    latency.push_back(r.latency_s * 1e3);
+    latency_by[r.turn].push_back(r.latency_s * 1e3);
+    n_by[r.turn]++;
+    if (r.prompt_tokens >= 0) {
+      prompt_tokens += r.prompt_tokens;
+      prompt_by[r.turn].push_back(static_cast<double>(r.prompt_tokens));
+      prompt_sum_by[r.turn] += r.prompt_tokens;
+    }
+    if (r.cached_tokens >= 0) {
+      cached_tokens += r.cached_tokens;
+      cached_sum_by[r.turn] += r.cached_tokens;
+    }
+    if (r.sources.size() == sources.size()) {
+      have_sources = true;
+      for (size_t i = 0; i < sources.size(); i++) sources[i] += r.sources[i];
+    }
+  }
+  Json j;
+  j["label"] = f.label.empty() ? f.api : f.label;
+  j["api"] = f.api;
+  j["url"] = f.url;
+  j["model"] = model;
+  j["users"] = f.rate > 0 ? 0 : f.users;
+  j["rate"] = f.rate;
+  j["think_time_s"] = f.workload.think_mean_s;
+  j["seed"] = f.workload.seed;
+  j["conversations"] = f.workload.conversations;
+  j["wall_seconds"] = wall_s;
+  j["requests"] = ok;
+  j["errors"] = errors;
+  Json kinds = Json::array();
+  for (const auto& [msg, n] : error_kinds) kinds.push_back({{"message", msg}, {"count", n}});
+  j["error_messages"] = kinds;
+  j["output_tokens"] = out_tokens;
+  j["prompt_tokens"] = prompt_tokens;
+  j["cached_tokens"] = cached_tokens;
+  j["cache_hit_rate"] = prompt_tokens > 0 ? double(cached_tokens) / prompt_tokens : 0.0;
+  if (have_sources) {  // the same field bench multiturn writes (chat API against mnemo only)
+    for (size_t i = 0; i < sources.size(); i++) j["tokens_by_source"][kSources[i]] = sources[i];
+  }
+  j["throughput_output_tokens_per_s"] = wall_s > 0 ? out_tokens / wall_s : 0.0;
+  j["throughput_requests_per_s"] = wall_s > 0 ? ok / wall_s : 0.0;
+  j["ttft_ms"] = Percentiles(ttft);
+  j["itl_ms"] = Percentiles(itl);
+  j["latency_ms"] = Percentiles(latency);
+  // Per-turn arrays are indexed by turn index 0..max; a turn index nobody reached is left out of
+  // the maps, so walk every index up to the largest seen and write 0 where there is no data.
+  int max_turn = -1;
+  for (const auto& r : recs) max_turn = std::max(max_turn, r.turn);
+  Json t50 = Json::array(), t90 = Json::array(), l50 = Json::array(), n = Json::array(), e = Json::array(),
+       p50 = Json::array(), hit = Json::array();
+  for (int t = 0; t <= max_turn; t++) {
+    t50.push_back(Percentile(ttft_by[t], 0.5));
+    t90.push_back(Percentile(ttft_by[t], 0.9));
+    l50.push_back(Percentile(latency_by[t], 0.5));
+    n.push_back(n_by[t]);
+    e.push_back(err_by[t]);
+    p50.push_back(Percentile(prompt_by[t], 0.5));
+    hit.push_back(prompt_sum_by[t] > 0 ? double(cached_sum_by[t]) / prompt_sum_by[t] : 0.0);
+  }
+  j["ttft_ms_p50_by_turn"] = t50;
+  j["ttft_ms_p90_by_turn"] = t90;
+  j["latency_ms_p50_by_turn"] = l50;
+  j["requests_by_turn"] = n;
+  j["errors_by_turn"] = e;
+  j["prompt_tokens_p50_by_turn"] = p50;
+  j["cache_hit_rate_by_turn"] = hit;
+  j["load_average"] = {{"start", load_start}, {"end", load_end}};
+  return j;
+}
+
+Status WriteCsv(const std::string& path, const std::vector<RequestRecord>& recs) {
+  std::ofstream out(path);
+  if (!out) return MakeError("cannot write %s", path.c_str());
+  out << "conversation,turn,start_s,ttft_ms,latency_ms,itl_ms_mean,itl_ms_max,prompt_tokens,cached_tokens,"
+         "completion_tokens,planned_output_tokens,error\n";
+  for (const auto& r : recs) {
+    double mean = 0, mx = 0;
+    for (double x : r.itl_s) {
+      mean += x;
+      mx = std::max(mx, x);
+    }
+    if (!r.itl_s.empty()) mean /= r.itl_s.size();
+    std::string err = r.error;
+    for (char& ch : err) {
+      if (ch == '"' || ch == '\n' || ch == '\r') ch = '\'';
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "%d,%d,%.4f,%.3f,%.3f,%.3f,%.3f,%lld,%lld,%lld,%d,", r.conv, r.turn, r.start_s,
+                  r.ttft_s >= 0 ? r.ttft_s * 1e3 : -1.0, r.latency_s * 1e3, mean * 1e3, mx * 1e3,
+                  static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
+                  static_cast<long long>(r.completion_tokens), r.planned_output);
+    out << line << '"' << err << "\"\n";
+  }
+  if (!out.good()) return MakeError("error writing %s", path.c_str());
+  return {};
+}
+
+void PrintHuman(const Json& j) {
+  std::printf("%s: %d requests, %d errors in %.1f s: %.1f out tok/s, %.2f req/s, cache hits %.1f%%\n",
+              j["label"].get<std::string>().c_str(), j["requests"].get<int>(), j["errors"].get<int>(),
+              j["wall_seconds"].get<double>(), j["throughput_output_tokens_per_s"].get<double>(),
+              j["throughput_requests_per_s"].get<double>(), 100 * j["cache_hit_rate"].get<double>());
+  for (const char* k : {"ttft_ms", "itl_ms", "latency_ms"}) {
+    std::printf("  %-10s p50 %8.1f  p90 %8.1f  p99 %8.1f\n", k, j[k]["p50"].get<double>(), j[k]["p90"].get<double>(),
+                j[k]["p99"].get<double>());
+  }
+  std::printf("  TTFT p50 by turn (ms):");
+  for (const auto& v : j["ttft_ms_p50_by_turn"]) std::printf(" %.1f", v.get<double>());
+  std::printf("\n  cache hit rate by turn:");
+  for (const auto& v : j["cache_hit_rate_by_turn"]) std::printf(" %.2f", v.get<double>());
+  std::printf("\n");
+  for (const auto& e : j["error_messages"]) {
+    std::printf("  error x%d: %s\n", e["count"].get<int>(), e["message"].get<std::string>().c_str());
+  }
+}
+
+int RunServeBench(const ServeBenchFlags& f) {
+  auto target = ParseUrl(f.url);
+  if (!target.ok()) {
+    std::fprintf(stderr, "error: %s\n", target.error().message.c_str());
+    return 1;
+  }
+  auto convs = MakeWorkload(f.workload);
+  const double load_start = LoadAverage();
+  ServeBench bench(f, *target);
+  auto recs = bench.Run(convs);
+  Json j = Summarize(f, bench.model(), recs, bench.wall_seconds(), load_start, LoadAverage());
+  if (!f.csv.empty()) {
+    Status st = WriteCsv(f.csv, recs);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
+      return 1;
+    }
+  }
+  if (f.json) {
+    std::cout << j.dump() << std::endl;
+  } else {
+    PrintHuman(j);
+  }
+  // Every request failing means the server or the flags are wrong, not a slow run.
+  return j["requests"].get<int>() == 0 && j["errors"].get<int>() > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void RegisterBenchServe(CLI::App* bench) {
+  auto f = std::make_shared<ServeBenchFlags>();
+  auto* cmd = bench->add_subcommand("serve", "replay the multi-turn workload over HTTP against a running server");
+  cmd->add_option("--url", f->url, "server root, e.g. http://127.0.0.1:8080 (this machine only)");
+  cmd->add_option("--api", f->api, "client behaviour: chat (full history), responses (previous_response_id), "
+                                   "llamacpp (llama-server /completion with cache_prompt)")
+      ->check(CLI::IsMember({"chat", "responses", "llamacpp"}));
+  cmd->add_option("--api-key", f->api_key, "bearer token for the Authorization header");
+  cmd->add_option("--model-name", f->model_name, "model field of requests (default: first of /v1/models)");
+  cmd->add_option("--label", f->label, "name of the system under test in the JSON output (default: the api)");
+  cmd->add_option("--seed", f->workload.seed, "workload seed");
+  cmd->add_option("--conversations", f->workload.conversations, "conversations in the run")->check(CLI::PositiveNumber);
+  cmd->add_option("--mean-turns", f->workload.mean_turns, "mean turns per conversation");
+  cmd->add_option("--max-turns", f->workload.max_turns, "cap on turns per conversation");
+  cmd->add_option("--input-median", f->workload.input_median, "user message tokens, lognormal median");
+  cmd->add_option("--input-sigma", f->workload.input_sigma, "user message tokens, lognormal sigma");
+  cmd->add_option("--output-median", f->workload.output_median, "reply tokens, lognormal median");
+  cmd->add_option("--output-sigma", f->workload.output_sigma, "reply tokens, lognormal sigma");
+  cmd->add_option("--system-tokens", f->workload.system_tokens, "system prompt length (words)");
+  cmd->add_option("--think-time", f->workload.think_mean_s, "mean think time between turns (s, exponential)");
+  cmd->add_option("--users", f->users, "concurrent users (closed loop)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rate", f->rate, "new conversations per second (Poisson, open loop) instead of --users");
+  cmd->add_option("--slots", f->slots, "llamacpp: id_slot = user % slots (open loop: conversation % slots; 0: the server picks)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-requests", f->max_requests, "stop issuing requests after this many (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--duration", f->duration_s, "stop issuing requests after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout", f->timeout_s, "per-request read timeout (s)")->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->add_option("--csv", f->csv, "write one row per request to this file");
+  cmd->callback([f] {
+    int rc = RunServeBench(*f);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace mnemo::app

@@ -1,0 +1,117 @@
+// mnemo serve: the OpenAI-compatible stateful HTTP server.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "runtime.h"
+#include "server/api_server.h"
+
+namespace mnemo::app {
+namespace {
+
+struct ServeFlags {
+  std::string model, tokenizer, db, model_name;
+  ServerConfig server;
+  double max_body_mb = 8;
+  RuntimeFlags runtime;
+  EngineFlags engine;
+};
+
+int RunServe(ServeFlags& f) {
+  // SIGINT / SIGTERM are taken by sigwait below; every thread started from here inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
+    return 1;
+  }
+  auto engine = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(f.engine, rt->kv_dtype));
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+  // Without --db the store lives in a temporary file: the API works, nothing survives a restart.
+  std::string db = f.db;
+  bool temp_db = db.empty();
+  if (temp_db) db = (std::filesystem::temp_directory_path() / ("mnemo-" + std::to_string(getpid()) + ".db")).string();
+  auto store = Store::Open(db);
+  if (!store.ok()) {
+    std::fprintf(stderr, "error: %s\n", store.error().message.c_str());
+    return 1;
+  }
+  const Vocab& vocab = rt->file->vocab();
+  ChatTemplate tmpl = ChatTemplate::Fallback();
+  if (!vocab.chat_template.empty()) {
+    auto t = ChatTemplate::Create(vocab.chat_template, vocab.bos >= 0 ? rt->tokenizer->TokenText(vocab.bos) : "",
+                                  vocab.eos >= 0 ? rt->tokenizer->TokenText(vocab.eos) : "");
+    if (t.ok()) {
+      tmpl = std::move(t.value());
+    } else {
+      std::fprintf(stderr, "warning: the model's chat template cannot be used (%s); using the fallback\n",
+                   t.error().message.c_str());
+    }
+  }
+  ServiceConfig sc;
+  sc.model_name = f.model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.model_name;
+  auto service = Service::Create(**engine, *rt->tokenizer, std::move(tmpl), store->get(), sc);
+  if (!service.ok()) {
+    std::fprintf(stderr, "error: %s\n", service.error().message.c_str());
+    return 1;
+  }
+  Metrics metrics;
+  f.server.max_body_bytes = static_cast<size_t>(f.max_body_mb * 1048576);
+  ApiServer server(f.server, **service, metrics);
+  Status st = server.Start();
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "mnemo serving %s on http://%s:%d (db %s%s)\n", sc.model_name.c_str(), f.server.host.c_str(),
+               server.port(), db.c_str(), temp_db ? ", temporary" : "");
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  std::fprintf(stderr, "mnemo: signal %d, shutting down\n", sig);
+  server.Stop();
+  service->reset();
+  engine->reset();  // finishes running turns as cancelled and writes the KV to the disk tier
+  store->reset();
+  if (temp_db) {
+    std::filesystem::remove(db);
+    std::filesystem::remove(db + "-wal");
+    std::filesystem::remove(db + "-shm");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible stateful HTTP server");
+  cmd->add_option("--model", f->model, "model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
+  cmd->add_option("--host", f->server.host, "bind address");
+  cmd->add_option("--port", f->server.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--db", f->db, "SQLite database for sessions, responses and conversations");
+  cmd->add_option("--api-key", f->server.api_keys, "accepted API key (repeatable); none = no auth");
+  cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
+  cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
+  cmd->add_option("--http-threads", f->server.http_threads, "connections served at once");
+  AddRuntimeFlags(cmd, &f->runtime);
+  AddEngineFlags(cmd, &f->engine);
+  cmd->callback([f] {
+    int rc = RunServe(*f);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace mnemo::app

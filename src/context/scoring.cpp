@@ -1,0 +1,206 @@
+#include "context/scoring.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+
+namespace mnemo::context {
+namespace {
+
+struct Preset {
+  std::string_view name;
+  ScoreWeights weights;
+};
+constexpr std::array<Preset, 4> kPresets = {{
+    {"default", {0.4, 0.4, 0.2}},
+    {"factual", {0.2, 0.6, 0.2}},
+    {"sequential", {0.6, 0.2, 0.2}},
+    {"analytical", {0.2, 0.3, 0.5}},
+}};
+constexpr std::array<std::string_view, 4> kPresetNames = {"default", "factual", "sequential",
+                                                          "analytical"};
+
+}  // namespace
+
+Status ValidateWeights(const ScoreWeights& w) {
+  const std::array<std::pair<const char*, double>, 3> parts = {
+      {{"recency", w.recency}, {"relevance", w.relevance}, {"information", w.information}}};
+  for (const auto& [name, v] : parts) {
+    if (!std::isfinite(v) || v < 0) {
+      return MakeError("context: weight %s = %g must be a finite number >= 0", name, v);
+    }
+  }
+  const double sum = w.recency + w.relevance + w.information;
+  if (std::fabs(sum - 1.0) > 1e-6) {
+    return MakeError(
+        "context: weights recency %g + relevance %g + information %g sum to %.9g, not 1", w.recency,
+        w.relevance, w.information, sum);
+  }
+  return Status::Ok();
+}
+
+Result<ScoreWeights> WeightPreset(std::string_view name) {
+  for (const Preset& p : kPresets) {
+    if (p.name == name) return p.weights;
+  }
+  return MakeError(
+      "context: unknown weight preset '%.*s' (default, factual, sequential, analytical)",
+      static_cast<int>(name.size()), name.data());
+}
+
+std::span<const std::string_view> WeightPresetNames() { return kPresetNames; }
+
+Status ScoringOptions::Validate() const {
+  MNEMO_TRY(ValidateWeights(weights));
+  if (!std::isfinite(recency_tau) || recency_tau <= 0) {
+    return MakeError("context: recency_tau = %g must be finite and > 0", recency_tau);
+  }
+  if (!(novelty_share >= 0 && novelty_share <= 1)) {
+    return MakeError("context: novelty_share = %g must be in [0, 1]", novelty_share);
+  }
+  return Status::Ok();
+}
+
+double RecencyScore(int distance, double tau) {
+  MNEMO_CHECK(distance >= 1 && tau > 0);
+  return std::exp(-(distance - 1) / tau);
+}
+
+std::vector<TokenCount> TokenHistogram(std::span<const int32_t> tokens) {
+  std::vector<int32_t> sorted(tokens.begin(), tokens.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<TokenCount> h;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+    h.push_back({sorted[i], static_cast<int32_t>(j - i)});
+    i = j;
+  }
+  return h;
+}
+
+double Diversity(std::span<const TokenCount> histogram) {
+  int64_t n = 0;
+  for (const TokenCount& c : histogram) n += c.count;
+  if (n < 2) return 0.0;
+  double h = 0;
+  for (const TokenCount& c : histogram) {
+    const double p = static_cast<double>(c.count) / n;
+    h -= p * std::log(p);
+  }
+  return std::clamp(h / std::log(static_cast<double>(n)), 0.0, 1.0);
+}
+
+size_t TurnCache::KeyHash::operator()(const Key& k) const {
+  uint64_t h = k.hash ^ (static_cast<uint64_t>(static_cast<uint32_t>(k.begin)) << 32 |
+                         static_cast<uint32_t>(k.end)) *
+                            0x9e3779b97f4a7c15ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+Result<const TurnFeatures*> TurnCache::Get(int begin, int end, std::span<const int32_t> tokens,
+                                           Embedder& embedder) {
+  MNEMO_CHECK(end - begin == static_cast<int>(tokens.size()));
+  const Key key{begin, end, HashTokens(tokens)};
+  auto [it, inserted] = entries_.try_emplace(key);
+  Entry& e = it->second;
+  TurnFeatures& f = e.features;
+  if (inserted) {
+    f.histogram = TokenHistogram(tokens);
+    f.n_tokens = static_cast<int>(tokens.size());
+    f.diversity = Diversity(f.histogram);
+  }
+  e.used = true;
+  const uint64_t stamp = embedder.stamp();
+  if (inserted || f.stamp != stamp || static_cast<int>(f.embedding.size()) != embedder.dim()) {
+    std::vector<float> v = embedder.Embed(tokens);
+    ++stats_.embeds;
+    if (static_cast<int>(v.size()) != embedder.dim()) {
+      entries_.erase(it);
+      return MakeError("context: embedder returned %zu values, expected dim %d", v.size(),
+                       embedder.dim());
+    }
+    f.embedding = std::move(v);
+    f.stamp = stamp;
+  } else {
+    ++stats_.hits;
+  }
+  return &f;
+}
+
+void TurnCache::Sweep() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (!it->second.used) {
+      it = entries_.erase(it);
+      ++stats_.swept;
+    } else {
+      it->second.used = false;
+      ++it;
+    }
+  }
+}
+
+Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
+                                          std::span<const TurnSpan> turns,
+                                          std::span<const int32_t> query, Embedder& embedder,
+                                          const ScoringOptions& options, TurnCache* cache) {
+  MNEMO_TRY(options.Validate());
+  MNEMO_TRY(ValidateTurns(turns, static_cast<int>(log.size())));
+  if (embedder.dim() <= 0) return MakeError("context: embedder dim %d must be > 0", embedder.dim());
+
+  TurnCache local;
+  TurnCache& c = cache ? *cache : local;
+  const int n_turns = static_cast<int>(turns.size());
+  std::vector<const TurnFeatures*> features(n_turns);
+  for (int i = 0; i < n_turns; ++i) {
+    auto f =
+        c.Get(turns[i].begin, turns[i].end, log.subspan(turns[i].begin, turns[i].size()), embedder);
+    if (!f.ok()) return f.error();
+    features[i] = *f;
+  }
+  // Sweeping now would not invalidate `features`: every entry they point at was just used.
+  c.Sweep();
+
+  std::vector<float> q;  // [dim]
+  if (!query.empty()) {
+    q = embedder.Embed(query);
+    if (static_cast<int>(q.size()) != embedder.dim()) {
+      return MakeError("context: embedder returned %zu values for the query, expected dim %d",
+                       q.size(), embedder.dim());
+    }
+  }
+
+  // Document frequency of each token over the history's turns.
+  std::unordered_map<int32_t, int> df;
+  for (const TurnFeatures* f : features) {
+    for (const TokenCount& t : f->histogram) ++df[t.token];
+  }
+
+  const ScoreWeights& w = options.weights;
+  std::vector<TurnScore> scores(n_turns);
+  for (int i = 0; i < n_turns; ++i) {
+    const TurnFeatures& f = *features[i];
+    TurnScore& s = scores[i];
+    s.recency = RecencyScore(n_turns - i, options.recency_tau);
+    if (!q.empty() && f.n_tokens > 0) {
+      const double cos = CosineSimilarity(f.embedding, q);
+      s.relevance = std::isfinite(cos) ? std::max(0.0, cos) : 0.0;
+    }
+    s.diversity = f.diversity;
+    if (f.histogram.empty()) {
+      s.novelty = 0;
+    } else if (n_turns == 1) {
+      s.novelty = 1;
+    } else {
+      double sum = 0;
+      for (const TokenCount& t : f.histogram) sum += 1.0 - (df[t.token] - 1.0) / (n_turns - 1.0);
+      s.novelty = std::clamp(sum / f.histogram.size(), 0.0, 1.0);
+    }
+    s.information = (1 - options.novelty_share) * s.diversity + options.novelty_share * s.novelty;
+    s.total = w.recency * s.recency + w.relevance * s.relevance + w.information * s.information;
+  }
+  return scores;
+}
+
+}  // namespace mnemo::context

@@ -1,0 +1,150 @@
+// Turn importance for selective context (ConvKV):
+//
+//   score(i) = alpha * recency(i) + beta * relevance(i) + gamma * information(i)    in [0, 1]
+//
+// with alpha, beta, gamma >= 0 summing to 1 and every component in [0, 1]. The components of turn i
+// of a history of T turns (turn 0 = system prompt, turn T-1 = the newest exchange):
+//
+//   recency(i)     = exp(-(d - 1) / tau),  d = T - i the turn distance (the newest turn has d = 1
+//                    and recency 1); tau (turns, default 8) sets the decay: a turn 8 exchanges
+//                    older than the newest weighs 1/e.
+//   relevance(i)   = max(0, cos(e_i, e_q)): cosine similarity between the turn's embedding and the
+//                    new user message's (Embedder, see embedding.h). Negative similarity is clamped
+//                    to 0: for selection "opposite" is no more useful than "unrelated". 0 when
+//                    either side is empty.
+//   information(i) = (1 - s) * diversity(i) + s * novelty(i),   s = novelty_share (default 0.5)
+//     diversity(i) = H_i / ln(n_i): the entropy of the turn's token distribution (natural log, over
+//                    its distinct tokens with p = count / n_i) normalized by its maximum for n_i
+//                    tokens; 1 when all tokens differ, 0 for one token repeated (and for n_i < 2).
+//     novelty(i)   = mean over the turn's distinct tokens t of 1 - (df(t) - 1) / (T - 1),
+//                    df(t) = the number of history turns containing t (turn i included): 1 for
+//                    a token no other turn has, 0 for one every turn has (template markers).
+//                    1 when T == 1; 0 for an empty turn.
+//
+// Cost: every turn's token histogram and embedding is computed once per session and kept in a
+// TurnCache; a scoring round then costs one embedding of the new message plus O(sum of distinct
+// tokens + T * dim).
+//
+// Threading: not thread-safe; one TurnCache per session, used by the engine thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "context/embedding.h"
+#include "context/turns.h"
+
+namespace mnemo::context {
+
+struct ScoreWeights {
+  double recency = 0.4;      // alpha: weight of recency
+  double relevance = 0.4;    // beta: weight of relevance to the new user message
+  double information = 0.2;  // gamma: weight of information content
+};
+
+// Each weight finite and >= 0, and their sum 1 within 1e-6.
+Status ValidateWeights(const ScoreWeights& w);
+
+// Named presets: "default" (0.4, 0.4, 0.2), "factual" (0.2, 0.6, 0.2), "sequential" (0.6, 0.2,
+// 0.2), "analytical" (0.2, 0.3, 0.5) as (recency, relevance, information). Unknown name -> Error.
+Result<ScoreWeights> WeightPreset(std::string_view name);
+std::span<const std::string_view> WeightPresetNames();
+
+struct ScoringOptions {
+  ScoreWeights weights;        // must pass ValidateWeights
+  double recency_tau = 8.0;    // turns; finite, > 0
+  double novelty_share = 0.5;  // s in information = (1 - s) * diversity + s * novelty; in [0, 1]
+
+  Status Validate() const;
+};
+
+struct TurnScore {
+  double recency = 0;      // [0, 1]
+  double relevance = 0;    // [0, 1]
+  double information = 0;  // [0, 1]
+  double diversity = 0;    // [0, 1], part of information
+  double novelty = 0;      // [0, 1], part of information
+  double total = 0;        // weighted sum, [0, 1]
+};
+
+// recency(d) for turn distance d >= 1.
+double RecencyScore(int distance, double tau);
+
+struct TokenCount {
+  int32_t token;  // token id
+  int32_t count;  // occurrences
+};
+
+// Sorted-by-token histogram of `tokens`.
+std::vector<TokenCount> TokenHistogram(std::span<const int32_t> tokens);
+// diversity from a histogram (formula above).
+double Diversity(std::span<const TokenCount> histogram);
+
+// What a turn's score needs that depends only on its tokens (and the embedder's state).
+struct TurnFeatures {
+  std::vector<TokenCount> histogram;  // distinct tokens ascending with counts
+  int n_tokens = 0;                   // tokens in the turn
+  double diversity = 0;               // Diversity(histogram)
+  std::vector<float> embedding;       // [dim] Embedder output
+  uint64_t stamp = 0;                 // Embedder::stamp() the embedding was computed under
+};
+
+// Per-session cache of turn features, keyed by (begin, end, HashTokens(tokens)): a turn whose span
+// and content are unchanged is never re-embedded; a changed span or content is a new key. An entry
+// whose embedder stamp differs from the current one keeps its histogram and recomputes only the
+// embedding. ScoreTurns sweeps entries the history no longer has, so the cache holds at most one
+// entry per turn of the last scored history.
+class TurnCache {
+ public:
+  struct Stats {
+    int64_t hits = 0;    // lookups served entirely from the cache
+    int64_t embeds = 0;  // Embed() calls for turns (misses and stamp changes)
+    int64_t swept = 0;   // entries dropped by Sweep
+  };
+
+  // The features of the turn [begin, end) whose tokens are `tokens` (end - begin of them), computed
+  // on a miss. The pointer stays valid until the next Sweep or Clear. Errors: the embedder returned
+  // a vector whose length is not its dim().
+  Result<const TurnFeatures*> Get(int begin, int end, std::span<const int32_t> tokens,
+                                  Embedder& embedder);
+  // Drops the entries not returned by Get since the previous Sweep.
+  void Sweep();
+  void Clear() { entries_.clear(); }
+  size_t size() const { return entries_.size(); }
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Key {
+    int begin, end;  // positions in the session log
+    uint64_t hash;   // HashTokens of the turn's tokens
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Entry {
+    TurnFeatures features;
+    bool used = false;  // returned by Get since the last Sweep
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+  Stats stats_;
+};
+
+// Scores every turn of a history for the new user message `query`.
+//   log:   the session's raw token log; turns must tile [0, log.size()) (ValidateTurns).
+//   query: the new user message's tokens (as rendered; not part of `log`). Empty: relevance 0.
+//   cache: the session's cache (swept at the end: entries of turns not in `turns` are dropped), or
+//          null to compute everything afresh.
+// Returns one TurnScore per turn, in turn order. Errors: invalid turns or options, an embedder
+// returning vectors of the wrong length.
+Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
+                                          std::span<const TurnSpan> turns,
+                                          std::span<const int32_t> query, Embedder& embedder,
+                                          const ScoringOptions& options,
+                                          TurnCache* cache = nullptr);
+
+}  // namespace mnemo::context

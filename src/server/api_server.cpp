@@ -1,0 +1,249 @@
+#include "server/api_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <sys/socket.h>
+
+#include "server/http_util.h"
+#include "web/assets.h"
+
+namespace mnemo {
+
+using http::Json;
+
+std::string KeyOwner(const std::string& key) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(key.data(), key.size(), md, &n, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; i++) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+namespace {
+
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients then overflows the accept queue
+// and gets connection resets. Calling listen() again on the bound socket raises the backlog
+// (Linux allows it); the socket is found by its local port.
+void WidenBacklog(int port) {
+  for (int fd = 3; fd < 1024; fd++) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
+    int local = 0;
+    if (addr.ss_family == AF_INET) local = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) local = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    int listening = 0;
+    socklen_t ol = sizeof listening;
+    if (local == port && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 && listening) {
+      ::listen(fd, SOMAXCONN);
+    }
+  }
+}
+
+}  // namespace
+
+ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metrics)
+    : config_(config), service_(service), metrics_(metrics) {
+  for (const auto& k : config_.api_keys) key_hashes_.push_back(KeyOwner(k));
+  const int threads = config_.http_threads;
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_.set_payload_max_length(config_.max_body_bytes);
+  http_.set_read_timeout(30, 0);
+  http_.set_write_timeout(30, 0);
+  // Errors httplib produces itself (413, 404 of unknown routes, ...) get OpenAI's shape too.
+  http_.set_error_handler([](const Req&, Res& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+    e.message = res.status == 413 ? "The request body is too large." : res.status == 404 ? "Unknown endpoint." : "HTTP error " + std::to_string(res.status);
+    e.code = res.status == 413 ? "request_too_large" : res.status == 404 ? "unknown_url" : "";
+    http::SendError(res, e);
+  });
+  http_.set_exception_handler([](const Req&, Res& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    http::SendError(res, ApiError{500, "server_error", what, "", ""});
+  });
+
+  auto bind = [this](auto method) {
+    return [this, method](const Req& q, Res& s, const std::string& o) { (this->*method)(q, s, o); };
+  };
+  http_.Post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions)));
+  http_.Post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions)));
+  http_.Post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse)));
+  http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
+  http_.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
+  http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
+            Wrap("/v1/responses/{id}/input_items", true, bind(&ApiServer::ListInputItems)));
+  auto conv = Wrap("/v1/conversations", true, bind(&ApiServer::Conversations));
+  http_.Post("/v1/conversations", conv);
+  http_.Get(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
+  http_.Post(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?)", conv);
+  http_.Delete(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
+  http_.Post("/tokenize", Wrap("/tokenize", true, bind(&ApiServer::Tokenize)));
+  http_.Post("/detokenize", Wrap("/detokenize", true, bind(&ApiServer::Detokenize)));
+  http_.Get("/v1/sessions", Wrap("/v1/sessions", true, bind(&ApiServer::ListSessions)));
+  http_.Get("/v1/models", Wrap("/v1/models", true, [this](const Req&, Res& res, const std::string&) {
+    http::SendJson(res, {{"object", "list"},
+                         {"data", Json::array({{{"id", service_.config().model_name},
+                                                {"object", "model"},
+                                                {"created", 0},
+                                                {"owned_by", "mnemo"},
+                                                {"max_model_len", service_.engine().max_context()}}})}});
+  }));
+  // The live status page and its assets (embedded; the page reads /metrics).
+  for (const char* path : {"/", "/uPlot.iife.min.js", "/uPlot.min.css"}) {
+    http_.Get(path, [this, path](const Req&, Res& res) {
+      std::string type;
+      std::string_view body = web::Asset(path, &type);
+      res.set_content(body.data(), body.size(), type);
+      metrics_.Request(path, res.status);
+    });
+  }
+  http_.Get("/health", Wrap("/health", false, [](const Req&, Res& res, const std::string&) {
+    http::SendJson(res, {{"status", "ok"}});
+  }));
+  http_.Get("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
+    res.set_content(metrics_.Render(service_.engine().Stats()), "text/plain; version=0.0.4");
+  }));
+}
+
+ApiServer::~ApiServer() { Stop(); }
+
+std::variant<std::string, ApiError> ApiServer::Authenticate(const Req& req) const {
+  if (key_hashes_.empty()) return std::string();
+  std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.rfind(prefix, 0) != 0) {
+    return ApiError{401, "invalid_request_error",
+                    "You didn't provide an API key. Provide it in the Authorization header as 'Bearer KEY'.", "",
+                    "missing_api_key"};
+  }
+  std::string owner = KeyOwner(auth.substr(prefix.size()));
+  for (const auto& h : key_hashes_) {
+    if (h == owner) return owner;
+  }
+  return ApiError{401, "invalid_request_error", "Incorrect API key provided.", "", "invalid_api_key"};
+}
+
+httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
+                                         std::function<void(const Req&, Res&, const std::string&)> fn) {
+  return [this, route, auth, fn](const Req& req, Res& res) {
+    std::string owner;
+    if (auth) {
+      auto a = Authenticate(req);
+      if (auto* e = std::get_if<ApiError>(&a)) {
+        http::SendError(res, *e);
+        metrics_.Request(route, res.status);
+        return;
+      }
+      owner = std::get<std::string>(a);
+    }
+    fn(req, res, owner);
+    metrics_.Request(route, res.status);
+  };
+}
+
+Status ApiServer::Start() {
+  if (config_.port == 0) {
+    port_ = http_.bind_to_any_port(config_.host);
+    if (port_ <= 0) return MakeError("cannot bind %s", config_.host.c_str());
+  } else if (http_.bind_to_port(config_.host, config_.port)) {
+    port_ = config_.port;
+  } else {
+    return MakeError("cannot bind %s:%d (in use?)", config_.host.c_str(), config_.port);
+  }
+  WidenBacklog(port_);
+  thread_ = std::thread([this] { http_.listen_after_bind(); });
+  return Status::Ok();
+}
+
+void ApiServer::Stop() {
+  http_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ApiServer::Wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void ApiServer::Tokenize(const Req& req, Res& res, const std::string&) {
+  auto parsed = http::ParseBody(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  const Json& body = std::get<Json>(parsed);
+  if (auto e = http::CheckKnownFields(body, {"content", "prompt", "messages", "add_special", "model"})) {
+    return http::SendError(res, *e);
+  }
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    TurnSpec spec;
+    if (!body["messages"].is_array()) return http::SendError(res, http::BadRequest("'messages' must be an array", "messages"));
+    for (const auto& m : body["messages"]) {
+      if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) {
+        return http::SendError(res, http::BadRequest("each message needs a string 'content'", "messages"));
+      }
+      spec.messages.push_back(ChatMessage{m.value("role", "user"), m["content"].get<std::string>()});
+    }
+    auto r = service_.Render(spec);
+    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
+    ids = std::get<0>(r);
+  } else {
+    const Json* c = body.contains("content") ? &body["content"] : body.contains("prompt") ? &body["prompt"] : nullptr;
+    if (!c || !c->is_string()) return http::SendError(res, http::BadRequest("'content' must be a string", "content", "invalid_type"));
+    bool add_special = body.value("add_special", false);
+    ids = service_.tokenizer().Encode(c->get<std::string>(), add_special);
+  }
+  http::SendJson(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", service_.engine().max_context()}});
+}
+
+void ApiServer::Detokenize(const Req& req, Res& res, const std::string&) {
+  auto parsed = http::ParseBody(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  const Json& body = std::get<Json>(parsed);
+  if (auto e = http::CheckKnownFields(body, {"tokens", "model"})) return http::SendError(res, *e);
+  if (!body.contains("tokens") || !body["tokens"].is_array()) {
+    return http::SendError(res, http::BadRequest("'tokens' must be an array of token ids", "tokens", "invalid_type"));
+  }
+  std::vector<int32_t> ids;
+  for (const auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= service_.tokenizer().n_vocab()) {
+      return http::SendError(res, http::BadRequest("token ids must be integers in [0, " +
+                                                       std::to_string(service_.tokenizer().n_vocab()) + ")",
+                                                   "tokens", "invalid_value"));
+    }
+    ids.push_back(t.get<int32_t>());
+  }
+  http::SendJson(res, {{"prompt", service_.tokenizer().Decode(ids)}});
+}
+
+void ApiServer::ListSessions(const Req&, Res& res, const std::string& owner) {
+  Json data = Json::array();
+  for (const auto& v : service_.Sessions(owner)) {
+    auto info = service_.engine().GetSession(v.id);
+    if (!info.ok()) continue;
+    data.push_back({{"id", v.id},
+                    {"key", v.key.empty() ? Json(nullptr) : Json(v.key)},
+                    {"tokens", info->tokens.size()},
+                    {"turns", info->turns.size()},
+                    {"kv_tokens", info->kv_tokens},
+                    {"idle_seconds", info->idle_seconds},
+                    {"busy", info->busy},
+                    {"chunks", {{"t0", info->chunks_by_tier[0]}, {"t1", info->chunks_by_tier[1]},
+                                {"t2", info->chunks_by_tier[2]}, {"dropped", info->chunks_by_tier[3]}}}});
+  }
+  http::SendJson(res, {{"object", "list"}, {"data", data}});
+}
+
+}  // namespace mnemo

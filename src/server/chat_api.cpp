@@ -1,0 +1,234 @@
+// POST /v1/chat/completions and POST /v1/completions.
+#include <chrono>
+
+#include "server/api_server.h"
+#include "server/http_util.h"
+
+namespace mnemo {
+
+using http::Json;
+
+namespace {
+
+// Flattens an OpenAI message content (string or array of text parts) to text.
+std::optional<std::string> ContentText(const Json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return std::string();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object()) return std::nullopt;
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) return std::nullopt;
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body) {
+  auto it = body.find("messages");
+  if (it == body.end()) return http::BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
+  if (!it->is_array() || it->empty()) return http::BadRequest("'messages' must be a non-empty array", "messages", "invalid_type");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < it->size(); i++) {
+    const Json& m = (*it)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return http::BadRequest(p + " must be an object", p, "invalid_type");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";
+    if (r != "system" && r != "user" && r != "assistant") {
+      return http::BadRequest(p + ".role must be one of system, developer, user, assistant; got '" + r + "'", p + ".role", "invalid_value");
+    }
+    auto content = m.find("content");
+    std::optional<std::string> text = content == m.end() ? std::optional<std::string>(std::string()) : ContentText(*content);
+    if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
+    out.push_back(ChatMessage{r, *text});
+  }
+  return out;
+}
+
+// Runs a started turn to the end for a non-streaming request; commits it; returns the result.
+std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, const StartedTurn& t,
+                                            const std::string& owner) {
+  TurnResult r = t.handle->Wait();
+  metrics.Turn(r);
+  if (r.finish_reason == "error") return ApiError{400, "invalid_request_error", r.error, "", "context_length_exceeded"};
+  auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);
+  if (auto* e = std::get_if<ApiError>(&c)) return *e;
+  return r;
+}
+
+}  // namespace
+
+void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& owner) {
+  auto parsed = http::ParseBody(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  const Json& body = std::get<Json>(parsed);
+  if (auto e = http::CheckKnownFields(body, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                                             "top_p", "n", "stream", "stream_options", "stop", "presence_penalty",
+                                             "frequency_penalty", "seed", "user", "top_k", "min_p", "repetition_penalty",
+                                             "ignore_eos", "min_tokens", "metadata", "store", "logprobs",
+                                             "parallel_tool_calls", "service_tier", "context_budget"})) {
+    return http::SendError(res, *e);
+  }
+  if (body.contains("logprobs") && body["logprobs"] == true) {
+    return http::SendError(res, http::BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter"));
+  }
+  auto msgs = ParseMessages(body);
+  if (auto* e = std::get_if<ApiError>(&msgs)) return http::SendError(res, *e);
+  TurnSpec spec;
+  spec.owner = owner;
+  spec.messages = std::move(std::get<0>(msgs));
+  if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) {
+    return http::SendError(res, *e);
+  }
+  if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null()) {
+    return http::SendError(res, http::BadRequest("'stream' must be a boolean", "stream", "invalid_type"));
+  }
+  const bool stream = body.value("stream", false) == true;
+  bool include_usage = false;
+  if (body.contains("stream_options") && body["stream_options"].is_object()) {
+    include_usage = body["stream_options"].value("include_usage", false);
+  }
+  spec.hint.key = req.get_header_value("X-Session-Id");
+  auto started = service_.Start(std::move(spec));
+  if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
+  StartedTurn t = std::get<StartedTurn>(started);
+  const std::string id = NewId("chatcmpl-");
+  const int64_t created = http::UnixSeconds();
+  const std::string model = service_.config().model_name;
+  res.set_header("X-Session-Id", req.get_header_value("X-Session-Id"));
+
+  if (!stream) {
+    auto r = RunToEnd(service_, metrics_, t, owner);
+    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
+    const TurnResult& tr = std::get<TurnResult>(r);
+    Json j = {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", Json::array({{{"index", 0},
+                                        {"message", {{"role", "assistant"}, {"content", tr.text}}},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", tr.finish_reason}}})},
+              {"usage", http::ChatUsage(tr)}};
+    return http::SendJson(res, j);
+  }
+
+  auto chunk = [=](Json delta, Json finish) {
+    return Json{{"id", id},
+                {"object", "chat.completion.chunk"},
+                {"created", created},
+                {"model", model},
+                {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                                          {"finish_reason", std::move(finish)}}})}};
+  };
+  Service* service = &service_;
+  Metrics* metrics = &metrics_;
+  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+    bool alive = write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
+    TurnEvent ev;
+    auto last = std::chrono::steady_clock::now();
+    while (t.handle->Next(&ev)) {
+      if (ev.kind == TurnEvent::kText) {
+        auto now = std::chrono::steady_clock::now();
+        metrics->InterToken(std::chrono::duration<double>(now - last).count());
+        last = now;
+        if (alive && !ev.text.empty()) alive = write(http::SseData(chunk({{"content", ev.text}}, nullptr)));
+        if (!alive) t.handle->Cancel();  // the client went away: stop generating
+        continue;
+      }
+      const TurnResult& r = ev.result;
+      metrics->Turn(r);
+      auto c = service->Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
+      if (!alive) return false;
+      if (auto* e = std::get_if<ApiError>(&c)) {
+        write(http::SseData(Json{{"error", {{"message", e->message}, {"type", e->type}}}}));
+      } else if (r.finish_reason == "error") {
+        write(http::SseData(Json{{"error", {{"message", r.error}, {"type", "invalid_request_error"}}}}));
+      } else {
+        write(http::SseData(chunk(Json::object(), r.finish_reason)));
+        if (include_usage) {
+          Json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                    {"choices", Json::array()}, {"usage", http::ChatUsage(r)}};
+          write(http::SseData(u));
+        }
+      }
+      write("data: [DONE]\n\n");
+      sink.done();
+      return true;
+    }
+    return false;
+  });
+}
+
+void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) {
+  auto parsed = http::ParseBody(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  const Json& body = std::get<Json>(parsed);
+  if (auto e = http::CheckKnownFields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream",
+                                             "stream_options", "stop", "presence_penalty", "frequency_penalty", "seed",
+                                             "user", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",
+                                             "echo", "logprobs", "best_of", "suffix"})) {
+    return http::SendError(res, *e);
+  }
+  auto p = body.find("prompt");
+  if (p == body.end() || !p->is_string()) {
+    return http::SendError(res, http::BadRequest("'prompt' must be a string", "prompt", "invalid_type"));
+  }
+  TurnSpec spec;
+  spec.owner = owner;
+  spec.prompt = p->get<std::string>();
+  spec.request.max_tokens = 16;  // OpenAI's default for completions
+  if (auto e = http::ParseGeneration(body, {"max_tokens"}, &spec.request)) return http::SendError(res, *e);
+  if (!body.contains("max_tokens")) spec.request.max_tokens = 16;
+  const bool stream = body.value("stream", false) == true;
+  spec.hint.key = req.get_header_value("X-Session-Id");
+  auto started = service_.Start(std::move(spec));
+  if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
+  StartedTurn t = std::get<StartedTurn>(started);
+  const std::string id = NewId("cmpl-");
+  const int64_t created = http::UnixSeconds();
+  const std::string model = service_.config().model_name;
+  auto object = [=](const std::string& text, Json finish) {
+    return Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+                {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+  };
+  if (!stream) {
+    auto r = RunToEnd(service_, metrics_, t, owner);
+    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
+    const TurnResult& tr = std::get<TurnResult>(r);
+    Json j = object(tr.text, tr.finish_reason);
+    j["usage"] = http::ChatUsage(tr);
+    return http::SendJson(res, j);
+  }
+  Service* service = &service_;
+  Metrics* metrics = &metrics_;
+  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+    bool alive = true;
+    TurnEvent ev;
+    while (t.handle->Next(&ev)) {
+      if (ev.kind == TurnEvent::kText) {
+        if (alive && !ev.text.empty()) alive = write(http::SseData(object(ev.text, nullptr)));
+        if (!alive) t.handle->Cancel();
+        continue;
+      }
+      metrics->Turn(ev.result);
+      auto c = service->Commit(t, ev.result, std::nullopt, std::nullopt, owner);
+      if (!alive) return false;
+      Json last = object("", ev.result.finish_reason);
+      last["usage"] = http::ChatUsage(ev.result);
+      write(http::SseData(last));
+      write("data: [DONE]\n\n");
+      sink.done();
+      return true;
+    }
+    return false;
+  });
+}
+
+}  // namespace mnemo

@@ -1,0 +1,188 @@
+#include "server/http_util.h"
+
+#include <chrono>
+#include <cmath>
+#include <set>
+
+namespace mnemo::http {
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  Json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? Json(nullptr) : Json(e.param)},
+              {"code", e.code.empty() ? Json(nullptr) : Json(e.code)}};
+  res.status = e.status;
+  if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(Json{{"error", err}}.dump(), "application/json");
+}
+
+void SendJson(httplib::Response& res, const Json& j, int status) {
+  res.status = status;
+  res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  return ApiError{400, "invalid_request_error", std::move(message), std::move(param), std::move(code)};
+}
+
+ApiError NotFound(std::string message) {
+  return ApiError{404, "invalid_request_error", std::move(message), "", "not_found"};
+}
+
+std::variant<Json, ApiError> ParseBody(const std::string& body) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return BadRequest("We could not parse the JSON body of your request: it is not valid JSON.", "", "invalid_json");
+  }
+  if (!j.is_object()) return BadRequest("The request body must be a JSON object.", "", "invalid_json");
+  return j;
+}
+
+std::optional<ApiError> CheckKnownFields(const Json& body, std::initializer_list<const char*> known) {
+  std::set<std::string> k(known.begin(), known.end());
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!k.count(it.key())) return BadRequest("Unrecognized request argument supplied: " + it.key(), it.key());
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Reads an optional number field; errors when present and not a number (null counts as absent).
+std::optional<ApiError> Number(const Json& body, const char* key, double lo, double hi, std::optional<double>* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return BadRequest(std::string("'") + key + "' must be a number", key, "invalid_type");
+  double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "'%s' must be between %g and %g; got %g", key, lo, hi, v);
+    return BadRequest(buf, key, "invalid_value");
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> Integer(const Json& body, const char* key, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return BadRequest(std::string("'") + key + "' must be an integer", key, "invalid_type");
+  int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) {
+    return BadRequest(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi),
+                      key, "invalid_value");
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> Bool(const Json& body, const char* key, std::optional<bool>* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return BadRequest(std::string("'") + key + "' must be a boolean", key, "invalid_type");
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<const char*> max_token_fields,
+                                        TurnRequest* req) {
+  std::optional<double> d;
+  std::optional<int64_t> i;
+  std::optional<bool> b;
+  req->sampling.temperature = 1.0f;
+  if (auto e = Number(body, "temperature", 0, 2, &d)) return e;
+  if (d) req->sampling.temperature = static_cast<float>(*d);
+  d.reset();
+  if (auto e = Number(body, "top_p", 0, 1, &d)) return e;
+  if (d) {
+    if (*d <= 0) return BadRequest("'top_p' must be greater than 0", "top_p", "invalid_value");
+    req->sampling.top_p = static_cast<float>(*d);
+  }
+  d.reset();
+  if (auto e = Number(body, "min_p", 0, 1, &d)) return e;
+  if (d) req->sampling.min_p = static_cast<float>(*d);
+  d.reset();
+  if (auto e = Number(body, "presence_penalty", -2, 2, &d)) return e;
+  if (d) req->sampling.presence_penalty = static_cast<float>(*d);
+  d.reset();
+  if (auto e = Number(body, "frequency_penalty", -2, 2, &d)) return e;
+  if (d) req->sampling.frequency_penalty = static_cast<float>(*d);
+  d.reset();
+  if (auto e = Number(body, "repetition_penalty", 0.01, 10, &d)) return e;
+  if (d) req->sampling.repetition_penalty = static_cast<float>(*d);
+  if (auto e = Integer(body, "top_k", 0, 1 << 20, &i)) return e;
+  if (i) req->sampling.top_k = static_cast<int32_t>(*i);
+  i.reset();
+  if (auto e = Integer(body, "seed", INT64_MIN, INT64_MAX, &i)) return e;
+  if (i) req->sampling.seed = static_cast<uint64_t>(*i);
+  i.reset();
+  if (auto e = Integer(body, "n", 1, 1, &i)) return e;  // one choice per request
+  i.reset();
+  if (auto e = Integer(body, "min_tokens", 0, 1 << 20, &i)) return e;
+  if (i) req->min_tokens = static_cast<int>(*i);
+  if (auto e = Bool(body, "ignore_eos", &b)) return e;
+  if (b) req->ignore_eos = *b;
+  req->max_tokens = 1 << 20;  // bounded by the context unless a limit is given
+  for (const char* f : max_token_fields) {
+    i.reset();
+    if (auto e = Integer(body, f, 1, 1 << 20, &i)) return e;
+    if (i) {
+      req->max_tokens = static_cast<int>(*i);
+      break;
+    }
+  }
+  auto it = body.find("stop");
+  if (it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      req->stop = {it->get<std::string>()};
+    } else if (it->is_array()) {
+      for (const auto& s : *it) {
+        if (!s.is_string()) return BadRequest("'stop' must be a string or an array of strings", "stop", "invalid_type");
+        req->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return BadRequest("'stop' must be a string or an array of strings", "stop", "invalid_type");
+    }
+    Status st = StopMatcher::Validate(req->stop);
+    if (!st.ok()) return BadRequest(st.error().message, "stop", "invalid_value");
+  }
+  Status st = req->sampling.Validate();
+  if (!st.ok()) return BadRequest(st.error().message, "", "invalid_value");
+  return std::nullopt;
+}
+
+std::string SseData(const Json& j) {
+  return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+std::string SseEvent(const std::string& type, const Json& j) {
+  return "event: " + type + "\ndata: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Json ChatUsage(const TurnResult& r) {
+  const int64_t completion = static_cast<int64_t>(r.tokens.size());
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", r.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", r.sources.cached()}}},
+          {"mnemo_tokens_by_source",
+           {{"t0", r.sources.t0}, {"t1", r.sources.t1}, {"t2", r.sources.t2}, {"recomputed", r.sources.recomputed},
+            {"new", r.sources.fresh}}}};
+}
+
+Json ResponsesUsage(const TurnResult& r) {
+  const int64_t out = static_cast<int64_t>(r.tokens.size());
+  return {{"input_tokens", r.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", r.sources.cached()}}},
+          {"output_tokens", out},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", r.prompt_tokens + out}};
+}
+
+}  // namespace mnemo::http

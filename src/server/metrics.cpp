@@ -1,0 +1,148 @@
+#include "server/metrics.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace mnemo {
+namespace {
+
+void Line(std::string* out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void Line(std::string* out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  *out += buf;
+  *out += '\n';
+}
+
+void Header(std::string* out, const char* name, const char* type, const char* help) {
+  Line(out, "# HELP %s %s", name, help);
+  Line(out, "# TYPE %s %s", name, type);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+
+void Histogram::Observe(double v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) i++;
+  counts_[i]++;
+  sum_ += v;
+  n_++;
+}
+
+void Histogram::Render(const std::string& name, const std::string& help, std::string* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(out, name.c_str(), "histogram", help.c_str());
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); i++) {
+    cum += counts_[i];
+    Line(out, "%s_bucket{le=\"%g\"} %llu", name.c_str(), bounds_[i], static_cast<unsigned long long>(cum));
+  }
+  cum += counts_.back();
+  Line(out, "%s_bucket{le=\"+Inf\"} %llu", name.c_str(), static_cast<unsigned long long>(cum));
+  Line(out, "%s_sum %g", name.c_str(), sum_);
+  Line(out, "%s_count %llu", name.c_str(), static_cast<unsigned long long>(n_));
+}
+
+Metrics::Metrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
+      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}) {}
+
+void Metrics::Request(const std::string& route, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_[{route, status}]++;
+}
+
+void Metrics::Turn(const TurnResult& r) {
+  prompt_tokens_ += r.prompt_tokens;
+  completion_tokens_ += r.tokens.size();
+  cached_t0_ += r.sources.t0;
+  cached_t1_ += r.sources.t1;
+  cached_t2_ += r.sources.t2;
+  recomputed_ += r.sources.recomputed;
+  fresh_ += r.sources.fresh;
+  if (!r.tokens.empty()) ttft_.Observe(r.ttft_seconds);
+  e2e_.Observe(r.total_seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  finish_[r.finish_reason]++;
+}
+
+void Metrics::ContextSelection(int64_t dropped_tokens) {
+  selections_++;
+  selection_dropped_ += dropped_tokens;
+}
+
+std::string Metrics::Render(const EngineStats& e) const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Header(&out, "mnemo_http_requests_total", "counter", "HTTP requests by route and status");
+    for (const auto& [k, v] : requests_) {
+      Line(&out, "mnemo_http_requests_total{route=\"%s\",status=\"%d\"} %llu", k.first.c_str(), k.second,
+           static_cast<unsigned long long>(v));
+    }
+    Header(&out, "mnemo_turns_total", "counter", "Turns finished by finish reason");
+    for (const auto& [k, v] : finish_) {
+      Line(&out, "mnemo_turns_total{finish_reason=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
+    }
+  }
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    Header(&out, name, "counter", help);
+    Line(&out, "%s %llu", name, static_cast<unsigned long long>(v));
+  };
+  auto gauge = [&](const char* name, const char* help, double v) {
+    Header(&out, name, "gauge", help);
+    Line(&out, "%s %g", name, v);
+  };
+  counter("mnemo_prompt_tokens_total", "Context tokens of finished turns", prompt_tokens_);
+  counter("mnemo_completion_tokens_total", "Generated tokens of finished turns", completion_tokens_);
+  Header(&out, "mnemo_context_tokens_total", "counter", "Context tokens of finished turns by where their KV came from");
+  Line(&out, "mnemo_context_tokens_total{source=\"t0\"} %llu", static_cast<unsigned long long>(cached_t0_));
+  Line(&out, "mnemo_context_tokens_total{source=\"t1\"} %llu", static_cast<unsigned long long>(cached_t1_));
+  Line(&out, "mnemo_context_tokens_total{source=\"t2\"} %llu", static_cast<unsigned long long>(cached_t2_));
+  Line(&out, "mnemo_context_tokens_total{source=\"recomputed\"} %llu", static_cast<unsigned long long>(recomputed_));
+  Line(&out, "mnemo_context_tokens_total{source=\"new\"} %llu", static_cast<unsigned long long>(fresh_));
+  counter("mnemo_cached_tokens_total", "Context tokens served from the cache (any tier)",
+          cached_t0_ + cached_t1_ + cached_t2_);
+  counter("mnemo_recomputed_tokens_total", "History tokens recomputed because their KV was gone", recomputed_);
+  counter("mnemo_swap_ins_total", "Chunks copied from host RAM into the compute tier", e.cache.swap_ins);
+  counter("mnemo_swap_outs_total", "Chunks demoted out of the compute tier by copy", e.cache.swap_outs);
+  Header(&out, "mnemo_evictions_total", "counter", "Chunks evicted, by tier");
+  Line(&out, "mnemo_evictions_total{tier=\"t0\"} %lld", static_cast<long long>(e.cache.evictions[0]));
+  Line(&out, "mnemo_evictions_total{tier=\"t1\"} %lld", static_cast<long long>(e.cache.evictions[1]));
+  Line(&out, "mnemo_evictions_total{tier=\"t2\"} %lld", static_cast<long long>(e.cache.evictions[2]));
+  counter("mnemo_dropped_chunks_total", "Chunks whose KV was discarded (raw tokens remain)", e.cache.drops);
+  counter("mnemo_disk_read_failures_total", "Disk chunks that failed their checksum and were recomputed",
+          e.cache.failed_reads);
+  Header(&out, "mnemo_bytes_moved_total", "counter", "KV bytes moved between tiers");
+  Line(&out, "mnemo_bytes_moved_total{direction=\"in\"} %lld", static_cast<long long>(e.transfer.bytes_in));
+  Line(&out, "mnemo_bytes_moved_total{direction=\"out\"} %lld", static_cast<long long>(e.transfer.bytes_out));
+  Line(&out, "mnemo_bytes_moved_total{direction=\"disk_write\"} %lld", static_cast<long long>(e.transfer.bytes_disk_w));
+  Line(&out, "mnemo_bytes_moved_total{direction=\"disk_read\"} %lld", static_cast<long long>(e.transfer.bytes_disk_r));
+  counter("mnemo_suspensions_total", "Running turns suspended for memory", e.suspensions);
+  counter("mnemo_engine_steps_total", "Forward passes", e.steps);
+  counter("mnemo_context_selections_total", "Turns served with selective context", selections_);
+  counter("mnemo_context_dropped_tokens_total", "Tokens left out by selective context", selection_dropped_);
+  gauge("mnemo_queue_depth", "Turns waiting for admission", e.waiting);
+  gauge("mnemo_running", "Turns in the batch", e.running);
+  gauge("mnemo_sessions", "Sessions held by the engine", e.sessions);
+  Header(&out, "mnemo_tier_blocks", "gauge", "KV blocks per tier: used and capacity");
+  const char* tiers[3] = {"t0", "t1", "t2"};
+  for (int t = 0; t < 3; t++) {
+    Line(&out, "mnemo_tier_blocks{tier=\"%s\",state=\"used\"} %d", tiers[t], e.used_blocks[t]);
+    Line(&out, "mnemo_tier_blocks{tier=\"%s\",state=\"capacity\"} %d", tiers[t], e.capacity[t]);
+  }
+  gauge("mnemo_block_bytes", "Bytes of one KV block (all layers)", static_cast<double>(e.block_bytes));
+  ttft_.Render("mnemo_ttft_seconds", "Time to first token", &out);
+  itl_.Render("mnemo_inter_token_seconds", "Time between streamed tokens", &out);
+  e2e_.Render("mnemo_request_seconds", "Turn latency, submit to done", &out);
+  return out;
+}
+
+}  // namespace mnemo

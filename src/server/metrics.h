@@ -1,0 +1,57 @@
+// Prometheus metrics of the server: counters and histograms recorded by HTTP handler threads, plus
+// gauges read from the engine when scraped. Thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace mnemo {
+
+// A cumulative histogram with fixed upper bounds (seconds).
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double v);
+  // Appends the Prometheus text of this histogram under `name`.
+  void Render(const std::string& name, const std::string& help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // [bounds + 1] (last is +Inf)
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  // One HTTP request finished with this status on this route (e.g. "/v1/chat/completions").
+  void Request(const std::string& route, int status);
+  // One turn finished.
+  void Turn(const TurnResult& r);
+  void InterToken(double seconds) { itl_.Observe(seconds); }
+  // Context selections of the selective-context mode.
+  void ContextSelection(int64_t dropped_tokens);
+
+  // The whole exposition, engine gauges included.
+  std::string Render(const EngineStats& engine) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
+  std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
+  std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, recomputed_{0}, fresh_{0};
+  std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
+  std::map<std::string, uint64_t> finish_;  // finish_reason -> count
+  Histogram ttft_, itl_, e2e_;
+};
+
+}  // namespace mnemo

@@ -1,0 +1,489 @@
+// The stateful APIs: /v1/responses (previous_response_id, store, conversation, truncation,
+// streaming events) and /v1/conversations with their items.
+#include "server/api_server.h"
+#include "server/http_util.h"
+
+namespace mnemo {
+
+using http::Json;
+
+namespace {
+
+constexpr int kMaxChain = 10000;  // previous_response_id hops followed at most
+
+std::optional<std::string> PartsText(const Json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || !part.contains("text") || !part["text"].is_string()) return std::nullopt;
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// Normalizes request input (a string or an array of items) to message items with ids.
+std::variant<Json, ApiError> InputItems(const Json& input) {
+  Json items = Json::array();
+  if (input.is_string()) {
+    items.push_back({{"type", "message"}, {"role", "user"},
+                     {"content", Json::array({{{"type", "input_text"}, {"text", input.get<std::string>()}}})}});
+  } else if (input.is_array()) {
+    for (size_t i = 0; i < input.size(); i++) {
+      const Json& it = input[i];
+      const std::string p = "input[" + std::to_string(i) + "]";
+      if (!it.is_object()) return http::BadRequest(p + " must be an object", p, "invalid_type");
+      std::string type = it.value("type", "message");
+      if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p, "unsupported_value");
+      if (!it.contains("role") || !it["role"].is_string()) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
+      std::string role = it["role"];
+      if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
+        return http::BadRequest(p + ".role '" + role + "' is not supported", p + ".role", "invalid_value");
+      }
+      auto text = it.contains("content") ? PartsText(it["content"]) : std::optional<std::string>("");
+      if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
+      const char* part_type = role == "assistant" ? "output_text" : "input_text";
+      Json item = {{"type", "message"}, {"role", role},
+                   {"content", Json::array({{{"type", part_type}, {"text", *text}}})}};
+      if (it.contains("id") && it["id"].is_string()) item["id"] = it["id"];
+      items.push_back(std::move(item));
+    }
+  } else {
+    return http::BadRequest("'input' must be a string or an array of items", "input", "invalid_type");
+  }
+  for (auto& it : items) {
+    if (!it.contains("id")) it["id"] = NewId("msg_");
+  }
+  return items;
+}
+
+void AppendMessages(const Json& items, std::vector<ChatMessage>* out) {
+  for (const auto& it : items) {
+    if (!it.is_object() || it.value("type", "message") != "message") continue;
+    std::string role = it.value("role", "user");
+    if (role == "developer") role = "system";
+    auto text = it.contains("content") ? PartsText(it["content"]) : std::optional<std::string>("");
+    out->push_back(ChatMessage{role, text.value_or("")});
+  }
+}
+
+Json OutputItem(const std::string& id, const std::string& text, const std::string& status) {
+  return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"},
+          {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
+}
+
+// The response object as the API returns it.
+Json ResponseObject(const StoredResponse& r, const Json& request, const Json& output, const Json& usage) {
+  Json j = {{"id", r.id},
+            {"object", "response"},
+            {"created_at", static_cast<int64_t>(r.created_at)},
+            {"status", r.status},
+            {"error", nullptr},
+            {"incomplete_details", r.status == "incomplete" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
+            {"instructions", request.value("instructions", Json(nullptr))},
+            {"max_output_tokens", request.value("max_output_tokens", Json(nullptr))},
+            {"model", r.model},
+            {"output", output},
+            {"parallel_tool_calls", false},
+            {"previous_response_id", r.previous_response_id ? Json(*r.previous_response_id) : Json(nullptr)},
+            {"store", request.value("store", true)},
+            {"temperature", request.value("temperature", 1.0)},
+            {"top_p", request.value("top_p", 1.0)},
+            {"text", {{"format", {{"type", "text"}}}}},
+            {"tool_choice", "auto"},
+            {"tools", Json::array()},
+            {"truncation", request.value("truncation", "disabled")},
+            {"usage", usage},
+            {"metadata", request.value("metadata", Json::object())}};
+  if (r.conversation_id) j["conversation"] = {{"id", *r.conversation_id}};
+  std::string text;
+  for (const auto& it : output) {
+    for (const auto& part : it.value("content", Json::array())) text += part.value("text", "");
+  }
+  j["output_text"] = text;
+  return j;
+}
+
+Json ConversationObject(const StoredConversation& c) {
+  return {{"id", c.id}, {"object", "conversation"}, {"created_at", static_cast<int64_t>(c.created_at)},
+          {"metadata", Json::parse(c.metadata_json, nullptr, false)}};
+}
+
+Json ItemObject(const StoredItem& it) {
+  Json j = Json::parse(it.item_json, nullptr, false);
+  if (!j.is_object()) j = Json::object();
+  j["id"] = it.id;
+  return j;
+}
+
+std::optional<ApiError> CheckMetadata(const Json& m) {
+  if (!m.is_object()) return http::BadRequest("'metadata' must be an object of strings", "metadata", "invalid_type");
+  if (m.size() > 16) return http::BadRequest("'metadata' may hold at most 16 keys", "metadata", "invalid_value");
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!it.value().is_string() || it.key().size() > 64 || it.value().get<std::string>().size() > 512) {
+      return http::BadRequest("'metadata' values must be strings (keys <= 64, values <= 512 characters)", "metadata", "invalid_value");
+    }
+  }
+  return std::nullopt;
+}
+
+ApiError StoreFailure(const Error& e) { return ApiError{500, "server_error", "store: " + e.message, "", ""}; }
+
+}  // namespace
+
+void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owner) {
+  Store* store = service_.store();
+  auto parsed = http::ParseBody(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  Json body = std::get<Json>(parsed);
+  if (auto e = http::CheckKnownFields(body, {"model", "input", "instructions", "previous_response_id", "conversation",
+                                             "store", "max_output_tokens", "temperature", "top_p", "truncation",
+                                             "stream", "metadata", "user", "seed", "top_k", "min_p", "stop",
+                                             "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                             "ignore_eos", "min_tokens", "parallel_tool_calls", "tool_choice",
+                                             "tools", "text", "reasoning", "service_tier", "context_budget"})) {
+    return http::SendError(res, *e);
+  }
+  if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty()) {
+    return http::SendError(res, http::BadRequest("tools are not supported", "tools", "unsupported_parameter"));
+  }
+  if (!body.contains("input")) return http::SendError(res, http::BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
+  auto items_v = InputItems(body["input"]);
+  if (auto* e = std::get_if<ApiError>(&items_v)) return http::SendError(res, *e);
+  Json input_items = std::get<Json>(items_v);
+  const bool store_it = body.value("store", true) == true;
+  const std::string truncation = body.contains("truncation") && body["truncation"].is_string() ? body["truncation"].get<std::string>() : "disabled";
+  if (truncation != "disabled" && truncation != "auto") {
+    return http::SendError(res, http::BadRequest("'truncation' must be 'auto' or 'disabled'", "truncation", "invalid_value"));
+  }
+  if (body.contains("metadata")) {
+    if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
+  }
+  if (body.contains("instructions") && !body["instructions"].is_null() && !body["instructions"].is_string()) {
+    return http::SendError(res, http::BadRequest("'instructions' must be a string", "instructions", "invalid_type"));
+  }
+  TurnSpec spec;
+  spec.owner = owner;
+  if (auto e = http::ParseGeneration(body, {"max_output_tokens"}, &spec.request)) return http::SendError(res, *e);
+
+  // The history: a previous response's chain, or a conversation's items.
+  std::vector<ChatMessage> history;
+  std::optional<std::string> prev_id, conv_id;
+  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
+    if (!body["previous_response_id"].is_string()) {
+      return http::SendError(res, http::BadRequest("'previous_response_id' must be a string", "previous_response_id", "invalid_type"));
+    }
+    prev_id = body["previous_response_id"].get<std::string>();
+  }
+  if (body.contains("conversation") && !body["conversation"].is_null()) {
+    const Json& c = body["conversation"];
+    if (c.is_string()) conv_id = c.get<std::string>();
+    else if (c.is_object() && c.contains("id") && c["id"].is_string()) conv_id = c["id"].get<std::string>();
+    else return http::SendError(res, http::BadRequest("'conversation' must be an id or {\"id\": ...}", "conversation", "invalid_type"));
+  }
+  if (prev_id && conv_id) {
+    return http::SendError(res, http::BadRequest("'previous_response_id' and 'conversation' cannot be used together", "conversation", "invalid_value"));
+  }
+  if (prev_id) {
+    std::vector<StoredResponse> chain;
+    std::optional<std::string> cur = prev_id;
+    while (cur && static_cast<int>(chain.size()) < kMaxChain) {
+      auto r = store->GetResponse(*cur, owner);
+      if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
+      if (!r->has_value()) {
+        if (chain.empty()) return http::SendError(res, http::NotFound("Previous response with id '" + *cur + "' not found."));
+        break;  // an older link was deleted: the history starts here
+      }
+      chain.push_back(std::move(**r));
+      cur = chain.back().previous_response_id;
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      AppendMessages(Json::parse(it->input_items_json, nullptr, false), &history);
+      AppendMessages(Json::parse(it->output_json, nullptr, false), &history);
+    }
+    if (chain.front().session_id) {
+      spec.hint.session = *chain.front().session_id;
+      spec.hint.end_token = chain.front().end_token;
+    }
+  }
+  std::optional<StoredConversation> conv;
+  if (conv_id) {
+    auto c = store->GetConversation(*conv_id, owner);
+    if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
+    if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
+    conv = **c;
+    ListOptions lo;
+    lo.limit = 10000;
+    for (;;) {
+      auto page = store->ListConversationItems(*conv_id, owner, lo);
+      if (!page.ok()) return http::SendError(res, StoreFailure(page.error()));
+      if (!page->has_value()) break;
+      for (const auto& it : (*page)->items) AppendMessages(Json::array({ItemObject(it)}), &history);
+      if (!(*page)->has_more || (*page)->items.empty()) break;
+      lo.after = (*page)->items.back().id;
+    }
+    if (conv->session_id && conv->end_token) {
+      spec.hint.session = *conv->session_id;
+      spec.hint.end_token = *conv->end_token;
+    }
+  }
+  std::vector<ChatMessage> messages;
+  if (body.contains("instructions") && body["instructions"].is_string()) {
+    messages.push_back(ChatMessage{"system", body["instructions"].get<std::string>()});
+  }
+  const size_t n_fixed = messages.size();
+  messages.insert(messages.end(), history.begin(), history.end());
+  AppendMessages(input_items, &messages);
+  // truncation "auto": drop the oldest turns (after the instructions) until the context fits.
+  if (truncation == "auto") {
+    for (;;) {
+      spec.messages = messages;
+      auto toks = service_.Render(spec);
+      if (auto* e = std::get_if<ApiError>(&toks)) return http::SendError(res, *e);
+      if (static_cast<int>(std::get<0>(toks).size()) < service_.engine().max_context() || messages.size() <= n_fixed + 1) break;
+      messages.erase(messages.begin() + n_fixed);
+      spec.hint = SessionHint{};  // the context no longer extends the stored one
+    }
+  }
+  spec.messages = std::move(messages);
+  const bool stream = body.value("stream", false) == true;
+  auto started = service_.Start(spec);
+  if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
+  StartedTurn t = std::get<StartedTurn>(started);
+
+  StoredResponse sr;
+  sr.id = NewId("resp_");
+  sr.owner = owner;
+  sr.created_at = static_cast<double>(http::UnixSeconds());
+  sr.model = service_.config().model_name;
+  sr.status = "in_progress";
+  sr.previous_response_id = prev_id;
+  sr.conversation_id = conv_id;
+  sr.request_json = body.dump();
+  sr.input_items_json = input_items.dump();
+  const std::string msg_id = NewId("msg_");
+
+  // Finishes the response: commits the turn, the response row and conversation items at once.
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner](const TurnResult& r) mutable
+      -> std::variant<Json, ApiError> {
+    metrics_.Turn(r);
+    if (r.finish_reason == "error") return ApiError{400, "invalid_request_error", r.error, "", "context_length_exceeded"};
+    sr.status = r.finish_reason == "length" ? "incomplete" : "completed";
+    Json output = Json::array({OutputItem(msg_id, r.text, sr.status == "completed" ? "completed" : "incomplete")});
+    Json usage = http::ResponsesUsage(r);
+    sr.output_json = output.dump();
+    sr.usage_json = usage.dump();
+    std::optional<StoredResponse> row;
+    if (store_it) row = sr;
+    std::optional<ConversationUpdate> cu;
+    if (conv_id) {
+      cu = ConversationUpdate{};
+      cu->conversation_id = *conv_id;
+      for (const auto& it : input_items) cu->items.push_back(NewItem{it["id"], it.dump()});
+      cu->items.push_back(NewItem{msg_id, output[0].dump()});
+    }
+    auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner);
+    if (auto* e = std::get_if<ApiError>(&c)) return *e;
+    return ResponseObject(sr, Json::parse(sr.request_json), output, usage);
+  };
+
+  if (!stream) {
+    TurnResult r = t.handle->Wait();
+    auto out = finish(r);
+    if (auto* e = std::get_if<ApiError>(&out)) return http::SendError(res, *e);
+    return http::SendJson(res, std::get<Json>(out));
+  }
+  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) mutable {
+    int seq = 0;
+    bool alive = true;
+    auto emit = [&](const std::string& type, Json j) {
+      j["type"] = type;
+      j["sequence_number"] = seq++;
+      if (alive) alive = sink.write(http::SseEvent(type, j).data(), http::SseEvent(type, j).size());
+    };
+    Json pending = ResponseObject(sr, Json::parse(sr.request_json), Json::array(), nullptr);
+    emit("response.created", {{"response", pending}});
+    emit("response.in_progress", {{"response", pending}});
+    emit("response.output_item.added", {{"output_index", 0}, {"item", OutputItem(msg_id, "", "in_progress")}});
+    emit("response.content_part.added", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                         {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
+    TurnEvent ev;
+    while (t.handle->Next(&ev)) {
+      if (ev.kind == TurnEvent::kText) {
+        if (!ev.text.empty()) {
+          emit("response.output_text.delta", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                              {"delta", ev.text}, {"logprobs", Json::array()}});
+        }
+        if (!alive) t.handle->Cancel();
+        continue;
+      }
+      auto out = finish(ev.result);  // durable before the final events
+      if (!alive) return false;
+      if (auto* e = std::get_if<ApiError>(&out)) {
+        emit("error", {{"code", e->code}, {"message", e->message}, {"param", nullptr}});
+      } else {
+        const Json& resp = std::get<Json>(out);
+        const Json& item = resp["output"][0];
+        emit("response.output_text.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                           {"text", ev.result.text}, {"logprobs", Json::array()}});
+        emit("response.content_part.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                            {"part", item["content"][0]}});
+        emit("response.output_item.done", {{"output_index", 0}, {"item", item}});
+        emit(resp["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", resp}});
+      }
+      sink.done();
+      return true;
+    }
+    return false;
+  });
+}
+
+void ApiServer::GetResponse(const Req& req, Res& res, const std::string& owner) {
+  auto r = service_.store()->GetResponse(req.matches[1], owner);
+  if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
+  if (!r->has_value()) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  const StoredResponse& sr = **r;
+  http::SendJson(res, ResponseObject(sr, Json::parse(sr.request_json, nullptr, false), Json::parse(sr.output_json, nullptr, false),
+                                     Json::parse(sr.usage_json, nullptr, false)));
+}
+
+void ApiServer::DeleteResponse(const Req& req, Res& res, const std::string& owner) {
+  auto r = service_.store()->DeleteResponse(req.matches[1], owner);
+  if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
+  if (!*r) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  http::SendJson(res, {{"id", std::string(req.matches[1])}, {"object", "response.deleted"}, {"deleted", true}});
+}
+
+namespace {
+std::variant<ListOptions, ApiError> ListParams(const httplib::Request& req) {
+  ListOptions lo;
+  if (req.has_param("limit")) {
+    try {
+      lo.limit = std::stoi(req.get_param_value("limit"));
+    } catch (...) {
+      return http::BadRequest("'limit' must be an integer", "limit", "invalid_type");
+    }
+    if (lo.limit < 1 || lo.limit > 100) return http::BadRequest("'limit' must be between 1 and 100", "limit", "invalid_value");
+  }
+  if (req.has_param("order")) {
+    std::string o = req.get_param_value("order");
+    if (o != "asc" && o != "desc") return http::BadRequest("'order' must be 'asc' or 'desc'", "order", "invalid_value");
+    lo.ascending = o == "asc";
+  }
+  if (req.has_param("after")) lo.after = req.get_param_value("after");
+  return lo;
+}
+
+Json ListObject(const ItemPage& page) {
+  Json data = Json::array();
+  for (const auto& it : page.items) data.push_back(ItemObject(it));
+  return {{"object", "list"}, {"data", data},
+          {"first_id", page.items.empty() ? Json(nullptr) : Json(page.items.front().id)},
+          {"last_id", page.items.empty() ? Json(nullptr) : Json(page.items.back().id)},
+          {"has_more", page.has_more}};
+}
+}  // namespace
+
+void ApiServer::ListInputItems(const Req& req, Res& res, const std::string& owner) {
+  auto lo = ListParams(req);
+  if (auto* e = std::get_if<ApiError>(&lo)) return http::SendError(res, *e);
+  auto page = service_.store()->ListInputItems(req.matches[1], owner, std::get<ListOptions>(lo));
+  if (!page.ok()) return http::SendError(res, http::BadRequest(page.error().message, "after"));
+  if (!page->has_value()) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  http::SendJson(res, ListObject(**page));
+}
+
+void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner) {
+  Store& store = *service_.store();
+  const std::string conv = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  const std::string item = req.matches.size() > 3 ? std::string(req.matches[3]) : "";
+  const bool items_path = req.matches.size() > 2 && req.matches[2].length() > 0;
+  auto not_found = [&] { http::SendError(res, http::NotFound("Conversation with id '" + conv + "' not found.")); };
+  auto parse_items = [&](const Json& body, std::vector<NewItem>* out) -> std::optional<ApiError> {
+    if (!body.contains("items")) return std::nullopt;
+    auto v = InputItems(body["items"]);
+    if (auto* e = std::get_if<ApiError>(&v)) return *e;
+    for (const auto& it : std::get<Json>(v)) out->push_back(NewItem{it["id"], it.dump()});
+    return std::nullopt;
+  };
+  if (conv.empty()) {  // POST /v1/conversations
+    auto parsed = http::ParseBody(req.body.empty() ? "{}" : req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+    const Json& body = std::get<Json>(parsed);
+    if (auto e = http::CheckKnownFields(body, {"items", "metadata"})) return http::SendError(res, *e);
+    StoredConversation c;
+    c.owner = owner;
+    if (body.contains("metadata") && !body["metadata"].is_null()) {
+      if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
+      c.metadata_json = body["metadata"].dump();
+    }
+    std::vector<NewItem> items;
+    if (auto e = parse_items(body, &items)) return http::SendError(res, *e);
+    auto created = store.CreateConversation(c, items);
+    if (!created.ok()) return http::SendError(res, StoreFailure(created.error()));
+    return http::SendJson(res, ConversationObject(*created));
+  }
+  if (!items_path) {
+    if (req.method == "GET") {
+      auto c = store.GetConversation(conv, owner);
+      if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
+      if (!c->has_value()) return not_found();
+      return http::SendJson(res, ConversationObject(**c));
+    }
+    if (req.method == "DELETE") {
+      auto d = store.DeleteConversation(conv, owner);
+      if (!d.ok()) return http::SendError(res, StoreFailure(d.error()));
+      if (!*d) return not_found();
+      return http::SendJson(res, {{"id", conv}, {"object", "conversation.deleted"}, {"deleted", true}});
+    }
+    auto parsed = http::ParseBody(req.body);  // POST: update metadata
+    if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+    const Json& body = std::get<Json>(parsed);
+    if (auto e = http::CheckKnownFields(body, {"metadata"})) return http::SendError(res, *e);
+    if (!body.contains("metadata")) return http::SendError(res, http::BadRequest("Missing required parameter: 'metadata'.", "metadata", "missing_required_parameter"));
+    if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
+    auto u = store.UpdateConversationMetadata(conv, owner, body["metadata"].dump());
+    if (!u.ok()) return http::SendError(res, StoreFailure(u.error()));
+    if (!*u) return not_found();
+    auto c = store.GetConversation(conv, owner);
+    if (!c.ok() || !c->has_value()) return not_found();
+    return http::SendJson(res, ConversationObject(**c));
+  }
+  if (item.empty()) {
+    if (req.method == "GET") {
+      auto lo = ListParams(req);
+      if (auto* e = std::get_if<ApiError>(&lo)) return http::SendError(res, *e);
+      auto page = store.ListConversationItems(conv, owner, std::get<ListOptions>(lo));
+      if (!page.ok()) return http::SendError(res, http::BadRequest(page.error().message, "after"));
+      if (!page->has_value()) return not_found();
+      return http::SendJson(res, ListObject(**page));
+    }
+    auto parsed = http::ParseBody(req.body);  // POST: add items
+    if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+    const Json& body = std::get<Json>(parsed);
+    if (auto e = http::CheckKnownFields(body, {"items"})) return http::SendError(res, *e);
+    std::vector<NewItem> items;
+    if (auto e = parse_items(body, &items)) return http::SendError(res, *e);
+    if (items.empty()) return http::SendError(res, http::BadRequest("'items' must be a non-empty array", "items", "invalid_value"));
+    auto ids = store.AddConversationItems(conv, owner, items);
+    if (!ids.ok()) return http::SendError(res, StoreFailure(ids.error()));
+    if (!ids->has_value()) return not_found();
+    ItemPage page;
+    for (size_t i = 0; i < items.size(); i++) page.items.push_back(StoredItem{(**ids)[i], 0, items[i].item_json, 0});
+    return http::SendJson(res, ListObject(page));
+  }
+  if (req.method == "GET") {
+    auto it = store.GetConversationItem(conv, owner, item);
+    if (!it.ok()) return http::SendError(res, StoreFailure(it.error()));
+    if (!it->has_value()) return http::SendError(res, http::NotFound("Item with id '" + item + "' not found."));
+    return http::SendJson(res, ItemObject(**it));
+  }
+  auto d = store.DeleteConversationItem(conv, owner, item);  // DELETE: returns the conversation
+  if (!d.ok()) return http::SendError(res, StoreFailure(d.error()));
+  if (!*d) return http::SendError(res, http::NotFound("Item with id '" + item + "' not found."));
+  auto c = store.GetConversation(conv, owner);
+  if (!c.ok() || !c->has_value()) return not_found();
+  http::SendJson(res, ConversationObject(**c));
+}
+
+}  // namespace mnemo

@@ -1,0 +1,237 @@
+#include "server/service.h"
+
+#include <algorithm>
+
+namespace mnemo {
+namespace {
+
+size_t CommonPrefix(const std::vector<int32_t>& a, size_t a_len, const std::vector<int32_t>& b) {
+  size_t n = std::min({a_len, a.size(), b.size()});
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) i++;
+  return i;
+}
+
+ApiError Invalid(std::string msg, std::string param = "") {
+  return ApiError{400, "invalid_request_error", std::move(msg), std::move(param), ""};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                                                 Store* store, const ServiceConfig& config) {
+  std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
+  if (store) {
+    auto max_id = store->MaxSessionId();
+    if (!max_id.ok()) return max_id.error();
+    engine.SetNextSessionId(*max_id + 1);
+    Status st = store->ForEachSession([&](StoredSession&& ss) -> Status {
+      std::vector<Turn> turns;
+      for (const auto& t : ss.turns) turns.push_back(Turn{int(t.begin), int(t.prompt_end), int(t.end)});
+      Status r = engine.RestoreSession(ss.id, ss.tokens, std::move(turns));
+      if (!r.ok()) return r;
+      Entry& e = s->sessions_[ss.id];
+      e.owner = ss.owner;
+      e.tokens = std::move(ss.tokens);
+      return Status::Ok();
+    });
+    if (!st.ok()) return st.error();
+  }
+  return s;
+}
+
+ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
+  std::string text;
+  if (spec.prompt) {
+    text = *spec.prompt;
+    return tok_.Encode(text, /*add_special=*/true, /*parse_special=*/false);
+  }
+  if (spec.messages.empty()) return Invalid("messages must not be empty", "messages");
+  auto r = template_.Render(spec.messages, /*add_generation_prompt=*/true);
+  if (!r.ok()) return Invalid("cannot render the conversation with the model's chat template: " + r.error().message, "messages");
+  text = std::move(r.value());
+  // Templates that write the BOS text themselves must not get a second BOS.
+  const bool has_bos_text = tok_.bos() >= 0 && text.rfind(tok_.TokenText(tok_.bos()), 0) == 0;
+  return tok_.Encode(text, /*add_special=*/!has_bos_text, /*parse_special=*/true);
+}
+
+ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
+  auto rendered = Render(spec);
+  if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
+  std::vector<int32_t> tokens = std::move(std::get<0>(rendered));
+  const int max_ctx = engine_.max_context();
+  if (static_cast<int>(tokens.size()) >= max_ctx) {
+    return ApiError{400, "invalid_request_error",
+                    "the context has " + std::to_string(tokens.size()) + " tokens; this model's maximum context is " +
+                        std::to_string(max_ctx - 1) + " tokens",
+                    spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
+  }
+
+  // Choose the session under the lock, and mark it busy so no other turn picks it.
+  enum class Plan { kNew, kContinue, kFork, kTruncate } plan = Plan::kNew;
+  int64_t target = -1;
+  size_t lcp = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto consider = [&](int64_t id, size_t limit) {
+      Entry& e = sessions_.at(id);
+      size_t n = CommonPrefix(e.tokens, limit, tokens);
+      return n;
+    };
+    const std::string key = spec.owner + '\n' + spec.hint.key;
+    auto kit = spec.hint.key.empty() ? keys_.end() : keys_.find(key);
+    if (spec.hint.session >= 0 && sessions_.count(spec.hint.session) &&
+        sessions_.at(spec.hint.session).owner == spec.owner && !sessions_.at(spec.hint.session).busy) {
+      target = spec.hint.session;
+      Entry& e = sessions_.at(target);
+      size_t limit = spec.hint.end_token >= 0 ? static_cast<size_t>(spec.hint.end_token) : e.tokens.size();
+      lcp = consider(target, limit);
+      plan = lcp == e.tokens.size() ? Plan::kContinue : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+    } else if (kit != keys_.end() && sessions_.count(kit->second)) {
+      target = kit->second;
+      Entry& e = sessions_.at(target);
+      if (e.busy) {
+        return ApiError{409, "invalid_request_error", "session '" + spec.hint.key + "' has a turn in progress", "",
+                        "session_busy"};
+      }
+      lcp = consider(target, e.tokens.size());
+      plan = lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;  // an explicit session is rewritten
+    } else {
+      for (auto& [id, e] : sessions_) {  // automatic: the owner's idle session sharing the most
+        if (e.owner != spec.owner || e.busy) continue;
+        size_t n = consider(id, e.tokens.size());
+        if (n > lcp || (n == lcp && n > 0 && target >= 0 && e.tokens.size() == n)) {
+          lcp = n;
+          target = id;
+        }
+      }
+      if (target >= 0) {
+        const Entry& e = sessions_.at(target);
+        plan = lcp == e.tokens.size() && lcp > 0 ? Plan::kContinue
+               : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+      }
+    }
+    if (plan == Plan::kNew) lcp = 0;
+    if (plan == Plan::kContinue || plan == Plan::kTruncate) sessions_.at(target).busy = true;
+  }
+
+  StartedTurn st;
+  st.prompt_tokens = static_cast<int>(tokens.size());
+  int64_t id = -1;
+  if (plan == Plan::kFork) {
+    auto f = engine_.ForkSession(target, static_cast<int>(lcp));
+    if (f.ok()) {
+      id = *f;
+      st.fork_of = target;
+      st.fork_at = static_cast<int64_t>(lcp);
+    } else {
+      plan = Plan::kNew;  // the source got busy meanwhile: start afresh
+      lcp = 0;
+    }
+  }
+  if (plan == Plan::kTruncate) {
+    Status t = engine_.TruncateSession(target, static_cast<int>(lcp));
+    if (!t.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sessions_.at(target).busy = false;
+      return ApiError{500, "server_error", t.error().message, "", ""};
+    }
+    st.truncated_to = static_cast<int64_t>(lcp);
+  }
+  if (plan == Plan::kNew) {
+    id = engine_.CreateSession();
+    st.new_session = true;
+  }
+  if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = sessions_[id];
+    e.owner = spec.owner;
+    e.busy = true;
+    if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + lcp);
+    if (!spec.hint.key.empty()) {
+      keys_[spec.owner + '\n' + spec.hint.key] = id;
+      e.key = spec.hint.key;
+    }
+  }
+  st.session = id;
+  spec.request.session = id;
+  spec.request.append.assign(tokens.begin() + lcp, tokens.end());
+  spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
+  auto h = engine_.Submit(spec.request);
+  if (!h.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_[id].busy = false;
+    const std::string& m = h.error().message;
+    if (m.rfind("queue full", 0) == 0) return ApiError{429, "rate_limit_error", "the server is busy: " + m, "", "queue_full"};
+    return Invalid(m);
+  }
+  st.handle = *h;
+  return st;
+}
+
+ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const TurnResult& r,
+                                                    std::optional<StoredResponse> response,
+                                                    std::optional<ConversationUpdate> conversation,
+                                                    const std::string& owner) {
+  const bool keep = r.finish_reason == "stop" || r.finish_reason == "length";
+  std::vector<std::string> item_ids;
+  if (keep && store_) {
+    if (t.fork_of) {
+      Status f = store_->ForkSession(*t.fork_of, t.session, t.fork_at, owner);
+      if (!f.ok()) return ApiError{500, "server_error", "could not store the turn: " + f.error().message, "", ""};
+    }
+    TurnCommit c;
+    c.session_id = t.session;
+    c.create_session = t.new_session;
+    c.owner = owner;
+    c.truncate_to = t.truncated_to;
+    c.begin = r.log_begin;
+    c.prompt_end = t.prompt_tokens;
+    c.tokens = r.log_append;
+    c.complete = true;
+    c.response = std::move(response);
+    c.conversation = std::move(conversation);
+    auto ids = store_->CommitTurn(c);
+    if (!ids.ok()) return ApiError{500, "server_error", "could not store the turn: " + ids.error().message, "", ""};
+    item_ids = std::move(ids.value());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = sessions_[t.session];
+  e.busy = false;
+  if (keep) {
+    e.tokens.resize(r.log_begin);
+    e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
+  } else if (t.new_session || t.fork_of) {  // nothing of it reached the store: forget it
+    if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
+    sessions_.erase(t.session);
+    (void)engine_.DeleteSession(t.session);
+  }
+  return item_ids;
+}
+
+std::vector<Service::SessionView> Service::Sessions(const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SessionView> out;
+  for (const auto& [id, e] : sessions_) {
+    if (e.owner == owner) out.push_back({id, e.owner, e.key});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
+Status Service::DeleteSession(int64_t id, const std::string& owner) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.owner != owner) return MakeError("unknown session");
+    if (it->second.busy) return MakeError("the session has a turn in progress");
+    if (!it->second.key.empty()) keys_.erase(owner + '\n' + it->second.key);
+    sessions_.erase(it);
+  }
+  MNEMO_TRY(engine_.DeleteSession(id));
+  if (store_) MNEMO_TRY(store_->DeleteSession(id));
+  return Status::Ok();
+}
+
+}  // namespace mnemo

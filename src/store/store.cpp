@@ -1,0 +1,295 @@
+// Opening the store: connections, pragmas, integrity check, schema migrations; ids and helpers.
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "store/sqlite_db.h"
+#include "store/store_internal.h"
+
+namespace mnemo {
+
+using sqlite::Db;
+using sqlite::Transaction;
+
+namespace {
+
+// PRAGMA application_id of a mnemo store ("mnem"): tells our files from other SQLite databases.
+constexpr int64_t kApplicationId = 0x6d6e656d;
+
+// Migrations: kMigrations[v] takes the schema from version v to v + 1.
+// Columns avoid SQL keywords (begin/end). Positions are token indices in a session's log.
+const char* const kMigrations[] = {
+    // v0 -> v1
+    R"sql(
+CREATE TABLE meta(
+  key TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+CREATE TABLE sessions(
+  id INTEGER PRIMARY KEY,
+  owner TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  updated_at REAL NOT NULL,
+  n_tokens INTEGER NOT NULL
+);
+-- One row per turn; tokens holds positions [turn_begin, turn_end) as little-endian int32.
+CREATE TABLE turns(
+  session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  turn_begin INTEGER NOT NULL,
+  prompt_end INTEGER NOT NULL,
+  turn_end INTEGER NOT NULL,
+  complete INTEGER NOT NULL,
+  tokens BLOB NOT NULL,
+  PRIMARY KEY(session_id, turn_begin)
+);
+CREATE TABLE conversations(
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  metadata_json TEXT NOT NULL,
+  session_id INTEGER REFERENCES sessions(id) ON DELETE SET NULL,
+  end_token INTEGER
+);
+CREATE INDEX conversations_by_session ON conversations(session_id);
+CREATE TABLE conversation_items(
+  id TEXT PRIMARY KEY,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  item_json TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  UNIQUE(conversation_id, position)
+);
+CREATE TABLE responses(
+  id TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,
+  session_id INTEGER REFERENCES sessions(id) ON DELETE SET NULL,
+  end_token INTEGER NOT NULL,
+  created_at REAL NOT NULL,
+  model TEXT NOT NULL,
+  status TEXT NOT NULL,
+  previous_response_id TEXT,
+  conversation_id TEXT REFERENCES conversations(id) ON DELETE SET NULL,
+  request_json TEXT NOT NULL,
+  input_items_json TEXT NOT NULL,
+  output_json TEXT NOT NULL,
+  usage_json TEXT NOT NULL
+);
+CREATE INDEX responses_by_session ON responses(session_id);
+CREATE INDEX responses_by_conversation ON responses(conversation_id);
+)sql",
+};
+static_assert(std::size(kMigrations) == Store::kSchemaVersion);
+
+// Sets the per-connection pragmas both connections need.
+Status Configure(Db& db, const StoreOptions& options) {
+  sqlite3_busy_timeout(db.handle(), options.busy_timeout_ms);
+  // The first read of the file: a non-database file fails here with "file is not a database".
+  auto mode = db.Prepare("PRAGMA journal_mode=WAL");
+  if (!mode) return mode.error();
+  auto row = mode->Step();
+  if (!row) return row.error();
+  if (!*row || mode->Text(0) != "wal") {
+    return db.Err("cannot switch to WAL mode (journal_mode is '" + (*row ? mode->Text(0) : "") + "')");
+  }
+  return db.Exec("PRAGMA foreign_keys=ON");
+}
+
+// Brings the schema to Store::kSchemaVersion in one transaction.
+Status Migrate(Db& db, const std::string& path) {
+  auto tx = Transaction::Begin(db, Transaction::Kind::kWrite);
+  if (!tx) return tx.error();
+  auto n_tables = db.QueryInt("SELECT count(*) FROM sqlite_schema WHERE type='table'");
+  if (!n_tables) return n_tables.error();
+  auto app_id = db.QueryInt("PRAGMA application_id");
+  if (!app_id) return app_id.error();
+  int64_t version = 0;
+  if (**n_tables == 0) {
+    MNEMO_TRY(db.Exec(("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str()));
+    MNEMO_TRY(db.Exec("CREATE TABLE schema_version(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"));
+  } else {
+    if (app_id->value_or(0) != kApplicationId) {
+      return MakeError("'%s' is a SQLite database but not a mnemo store", path.c_str());
+    }
+    auto v = db.QueryInt("SELECT max(version) FROM schema_version");
+    if (!v) return v.error();
+    version = v->value_or(0);
+  }
+  if (version > Store::kSchemaVersion) {
+    return MakeError("store '%s' has schema version %lld, newer than this build's %d", path.c_str(),
+                     static_cast<long long>(version), Store::kSchemaVersion);
+  }
+  for (; version < Store::kSchemaVersion; ++version) {
+    MNEMO_TRY(db.Exec(kMigrations[version]));
+    auto ins = db.Prepare("INSERT INTO schema_version(version, applied_at) VALUES(?1, ?2)");
+    if (!ins) return ins.error();
+    MNEMO_TRY(ins->Bind(1, version + 1).Bind(2, UnixNow()).Run());
+  }
+  return tx->Commit();
+}
+
+Status QuickCheck(Db& db, const std::string& path) {
+  auto st = db.Prepare("PRAGMA quick_check");
+  if (!st) return st.error();
+  std::string problems;
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return row.error();
+    if (!*row) break;
+    std::string line = st->Text(0);
+    if (line == "ok") continue;
+    if (problems.size() < 500) problems += (problems.empty() ? "" : "; ") + line;
+  }
+  if (!problems.empty()) return MakeError("store '%s' is corrupt: %s", path.c_str(), problems.c_str());
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
+  if (path.empty() || path == ":memory:" || path.starts_with("file:")) {
+    return MakeError("store path must name a file, not '%s'", path.c_str());
+  }
+  std::unique_ptr<Store> store(new Store());
+  store->path_ = path;
+
+  auto writer = Db::Open(path, /*create=*/true);
+  if (!writer) return writer.error();
+  store->writer_ = std::move(*writer);
+  Db& w = *store->writer_;
+  MNEMO_TRY(Configure(w, options));
+  MNEMO_TRY(w.Exec(options.durability == Durability::kFull ? "PRAGMA synchronous=FULL"
+                                                             : "PRAGMA synchronous=NORMAL"));
+  // Keep the -wal file from growing without bound after checkpoints.
+  MNEMO_TRY(w.Exec("PRAGMA journal_size_limit=67108864"));
+  if (options.check_integrity) MNEMO_TRY(QuickCheck(w, path));
+  MNEMO_TRY(Migrate(w, path));
+
+  auto reader = Db::Open(path, /*create=*/false);
+  if (!reader) return reader.error();
+  store->reader_ = std::move(*reader);
+  MNEMO_TRY(Configure(*store->reader_, options));
+  MNEMO_TRY(store->reader_->Exec("PRAGMA query_only=1"));
+  return store;
+}
+
+Store::~Store() {
+  // Close the reader first so the writer's close can checkpoint and remove the -wal file.
+  reader_.reset();
+  writer_.reset();
+}
+
+// ---- ids, clock ----
+
+std::string NewId(std::string_view prefix) {
+  uint8_t bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof bytes) {  // getrandom unavailable (old kernel, seccomp): the same source via a file
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    while (fd >= 0 && got < sizeof bytes) {
+      ssize_t n = read(fd, bytes + got, sizeof bytes - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    if (fd >= 0) close(fd);
+  }
+  // Ids guard other users' objects: never hand out a predictable one.
+  MNEMO_CHECK_MSG(got == sizeof bytes, "no kernel randomness for ids (getrandom and /dev/urandom failed)");
+  static const char kHex[] = "0123456789abcdef";
+  std::string id(prefix);
+  for (uint8_t b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
+}
+
+double UnixNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// ---- helpers ----
+
+namespace store_internal {
+
+std::vector<uint8_t> EncodeTokens(std::span<const int32_t> tokens) {
+  std::vector<uint8_t> out(tokens.size() * 4);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      uint32_t v = static_cast<uint32_t>(tokens[i]);
+      for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
+    }
+  }
+  return out;
+}
+
+bool DecodeTokens(std::span<const uint8_t> blob, std::vector<int32_t>& out) {
+  if (blob.size() % 4 != 0) return false;
+  size_t n = blob.size() / 4, at = out.size();
+  out.resize(at + n);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (n) std::memcpy(out.data() + at, blob.data(), blob.size());
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t v = 0;
+      for (int k = 0; k < 4; ++k) v |= static_cast<uint32_t>(blob[4 * i + k]) << (8 * k);
+      out[at + i] = static_cast<int32_t>(v);
+    }
+  }
+  return true;
+}
+
+Result<std::string> ItemIdFor(const NewItem& item) {
+  auto j = nlohmann::json::parse(item.item_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return MakeError("a conversation item must be a JSON object");
+  if (!item.id.empty()) return item.id;
+  auto type = j.find("type");
+  bool message = type == j.end() || (type->is_string() && type->get<std::string>() == "message");
+  return NewId(message ? "msg_" : "item_");
+}
+
+Status CheckLimit(const ListOptions& options) {
+  if (options.limit < 1 || options.limit > 10000) {
+    return MakeError("list limit must be in [1, 10000], not %d", options.limit);
+  }
+  return {};
+}
+
+Result<ItemPage> PageOf(std::vector<StoredItem> items, const ListOptions& options) {
+  MNEMO_TRY(CheckLimit(options));
+  if (!options.ascending) std::reverse(items.begin(), items.end());
+  size_t start = 0;
+  if (!options.after.empty()) {
+    auto it = std::find_if(items.begin(), items.end(),
+                           [&](const StoredItem& x) { return x.id == options.after; });
+    if (it == items.end()) return MakeError("no item '%s' in this list", options.after.c_str());
+    start = static_cast<size_t>(it - items.begin()) + 1;
+  }
+  ItemPage page;
+  size_t stop = std::min(items.size(), start + static_cast<size_t>(options.limit));
+  page.items.assign(std::make_move_iterator(items.begin() + start), std::make_move_iterator(items.begin() + stop));
+  page.has_more = stop < items.size();
+  return page;
+}
+
+}  // namespace store_internal
+}  // namespace mnemo

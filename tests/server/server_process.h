@@ -1,0 +1,89 @@
+// Runs `mnemo serve` as a child process on 127.0.0.1 with a free port, for end-to-end tests.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace mnemo::testing {
+
+class ServerProcess {
+ public:
+  // Starts the server with extra flags; waits (bounded) until it prints its address.
+  explicit ServerProcess(std::vector<std::string> extra) {
+    std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model",
+                                     std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf",
+                                     "--port", "0", "--max-context", "512", "--kv-t0-mb", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    err_ = fdopen(fds[0], "r");
+    char line[1024];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, err_)) {
+      std::string l(line);
+      log_ += l;
+      auto p = l.find("http://127.0.0.1:");
+      if (p != std::string::npos) {
+        port_ = std::stoi(l.substr(p + 17));
+        break;
+      }
+    }
+    // Keep draining stderr so the child never blocks on a full pipe.
+    drain_ = std::thread([this] {
+      char buf[4096];
+      while (fgets(buf, sizeof buf, err_)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        log_ += buf;
+      }
+    });
+  }
+  ~ServerProcess() {
+    Stop(SIGTERM);
+    if (drain_.joinable()) drain_.join();
+    if (err_) fclose(err_);
+  }
+  int port() const { return port_; }
+  std::string log() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  // Sends sig and waits for the process (SIGKILL: a crash).
+  void Stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  FILE* err_ = nullptr;
+  mutable std::mutex mu_;
+  std::string log_;  // what the server wrote to stderr
+  std::thread drain_;
+};
+
+}  // namespace mnemo::testing
