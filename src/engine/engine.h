@@ -48,6 +48,13 @@ struct EngineConfig {
   int max_sessions = 0;              // at most this many sessions (least recently used go); 0 = no bound
 };
 
+// Positions [src_pos, src_pos + len) of one session's KV copied to [dst_pos, dst_pos + len) of another.
+struct KvRun {
+  int src_pos = 0;
+  int dst_pos = 0;
+  int len = 0;
+};
+
 struct SessionInfo {
   SessionId id = -1;
   std::vector<int32_t> tokens;  // raw token log
@@ -102,6 +109,12 @@ class Engine {
   // Drops id's log (and KV) past n_tokens.
   Status TruncateSession(SessionId id, int n_tokens);
   Result<SessionInfo> GetSession(SessionId id);
+  // Selective context, reuse mode: a new session whose log is `tokens`, its KV copied from src's
+  // cached KV along `runs`, keys re-rotated by dst_pos - src_pos (RoPE composes). Approximate by
+  // design: the copied KV was computed attending to a context that is now partly gone. Chunks not
+  // wholly covered by copies of available KV are recomputed by the next turn. src must be idle.
+  // Blocks the engine thread while src's KV is brought into T0.
+  Result<SessionId> ComposeSession(SessionId src, std::vector<int32_t> tokens, const std::vector<KvRun>& runs);
   std::vector<SessionInfo> ListSessions();
 
   // ---- turns ----
@@ -132,6 +145,8 @@ class Engine {
   void FlushToDisk();
   void RestoreFromDisk(Session& s);
   DiskSlotId SlotId(SessionId s, int chunk) const;
+  // Acquires s for n positions right now, waiting for copies between tiers; swap-ins completed.
+  Result<CacheManager::Acquired> AcquireNow(SessionId s, int n);
 
   LlamaModel& model_;
   const Tokenizer& tok_;

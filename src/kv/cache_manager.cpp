@@ -138,6 +138,20 @@ void CacheManager::Truncate(SessionId s, int n_tokens) {
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, n_tokens - recs_[id].begin);
 }
 
+void CacheManager::Invalidate(SessionId s, int chunk) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired && chunk >= 0 && chunk < static_cast<int>(S.chunks.size()));
+  int32_t& id = S.chunks[chunk];
+  if (recs_[id].refs > 1 || recs_[id].op != 0) {  // shared or moving: give s a fresh record
+    const int begin = recs_[id].begin, length = recs_[id].length;
+    Unref(id);
+    id = NewRec(begin);
+    recs_[id].length = length;
+    return;
+  }
+  FreeData(recs_[id]);
+}
+
 void CacheManager::RestoreLength(SessionId s, int n_tokens) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired);

@@ -89,6 +89,8 @@ class CacheManager {
   // Drops s's KV past n_tokens (s not acquired). A shared chunk left partial is unshared (its
   // owner would write into it next): s then recomputes that chunk.
   void Truncate(SessionId s, int n_tokens);
+  // Forgets the KV of chunk `chunk` of s (s not acquired): it is recomputed when next needed.
+  void Invalidate(SessionId s, int chunk);
   // Declares that s has n_tokens positions whose KV can be rebuilt from its raw tokens (e.g. a
   // session reloaded after a restart): missing chunks are recomputed when next needed.
   void RestoreLength(SessionId s, int n_tokens);

@@ -325,3 +325,47 @@ TEST(Engine, RestartReadsTheDiskTierAndRecomputesCorruptChunks) {
 
 }  // namespace
 }  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+// Reuse mode composes a session from another's cached KV. Copying everything with no shift gives
+// exactly the source's next turn; dropping a middle span moves later keys (re-rotated) and the
+// composed session still serves turns, with only the uncovered chunks recomputed.
+TEST(Engine, ComposeSessionCopiesAndShiftsCachedKv) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  Rng rng(31);
+  SessionId s = (*e)->CreateSession();
+  auto first = RandomTokens(rng, 100);
+  first.insert(first.begin(), 1);
+  (*(*e)->Submit(Greedy(s, first, 12)))->Wait();
+  std::vector<int32_t> log = (*e)->GetSession(s)->tokens;
+  const int kv = (*e)->GetSession(s)->kv_tokens;
+  // Identity: the composed session's next turn equals the source's context's.
+  auto same = (*e)->ComposeSession(s, std::vector<int32_t>(log.begin(), log.begin() + kv), {KvRun{0, 0, kv}});
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  std::vector<int32_t> more{log.begin() + kv, log.end()};
+  more.insert(more.end(), {300, 301, 302});
+  std::vector<int32_t> ctx(log.begin(), log.begin() + kv);
+  ctx.insert(ctx.end(), more.begin(), more.end());
+  TurnResult r = (*(*e)->Submit(Greedy(*same, more, 6)))->Wait();
+  ExpectMatches(r, FromScratch(ctx, 6), "compose identity");
+  EXPECT_EQ(r.sources.recomputed, 0);
+  EXPECT_EQ(r.sources.t0, kv);
+  // Drop positions [20, 52): later positions move by -32 (chunk-aligned, so whole chunks are covered).
+  std::vector<int32_t> kept(log.begin(), log.begin() + 20);
+  kept.insert(kept.end(), log.begin() + 52, log.begin() + kv);
+  auto shifted = (*e)->ComposeSession(s, kept, {KvRun{0, 0, 20}, KvRun{52, 20, kv - 52}});
+  ASSERT_TRUE(shifted.ok());
+  auto info = (*e)->GetSession(*shifted);
+  EXPECT_EQ(info->tokens, kept);
+  TurnResult r2 = (*(*e)->Submit(Greedy(*shifted, {300, 301}, 4)))->Wait();
+  EXPECT_EQ(r2.finish_reason, "length");
+  EXPECT_EQ(r2.prompt_tokens, int(kept.size()) + 2);
+  EXPECT_GT(r2.sources.t0, int(kept.size()) - 2 * kBlockTokens);  // at most the chunks straddling a seam recompute
+  EXPECT_FALSE((*e)->ComposeSession(999, kept, {}).ok());
+}
+
+}  // namespace
+}  // namespace mnemo::testing

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/ops.h"
 #include "test_util.h"
 
 namespace mnemo::testing {
@@ -150,6 +151,44 @@ INSTANTIATE_TEST_SUITE_P(Paths, ForwardTest,
                          ::testing::Values(std::make_tuple(Precision::kF32, DType::F32),
                                            std::make_tuple(Precision::kBF16, DType::BF16),
                                            std::make_tuple(Precision::kBF16, DType::F16)));
+
+}  // namespace
+}  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+// Selective context's reuse mode moves cached keys from position p to p' by rotating them by
+// p' - p. In layer 0 a key depends only on its token and position, so a key computed at p and
+// re-rotated must equal the key computed at p' (fp32 tolerance).
+TEST(Rerotation, KeysRerotatedFromPToPPrimeEqualKeysComputedAtPPrime) {
+  Loaded l = Load("models/stories260K/stories260K.gguf", "", kernels::Precision::kF32);
+  const LlamaConfig& c = l.model->config();
+  auto tokens = StoryTokens();
+  tokens.resize(40);
+  const int shift = 37;
+  KvStorage a(l.model->kv_shape(DType::F32), 8), b(l.model->kv_shape(DType::F32), 8);
+  Blocks ba(8, false, 0), bb(8, true, 3);
+  Seq sa, sb;
+  Step(*l.model, a, ba, sa, tokens, 0, 40);
+  std::vector<int32_t> shifted(shift, 300);  // filler, then the same tokens at positions shift..
+  shifted.insert(shifted.end(), tokens.begin(), tokens.end());
+  Step(*l.model, b, bb, sb, shifted, 0, int(shifted.size()));
+  const int hd = c.head_dim;
+  double worst = 0;
+  for (int p = 0; p < 40; p++) {
+    const int q = p + shift;
+    for (int h = 0; h < c.n_kv_heads; h++) {
+      const float* ka = static_cast<const float*>(a.block(0, sa.table[p / 32])) + (size_t(h) * 32 + p % 32) * hd;
+      const float* kb = static_cast<const float*>(b.block(0, sb.table[q / 32])) + (size_t(h) * 32 + q % 32) * hd;
+      std::vector<float> k(ka, ka + hd);
+      int32_t delta = shift;
+      kernels::Rope(k.data(), &delta, 1, 1, hd, c.rope_dims, c.rope_theta);
+      for (int i = 0; i < hd; i++) worst = std::max(worst, double(std::fabs(k[i] - kb[i])));
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
+}
 
 }  // namespace
 }  // namespace mnemo::testing
