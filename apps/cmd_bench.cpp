@@ -164,6 +164,7 @@ void RegisterBench(CLI::App& app) {
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
   RegisterBenchMultiturn(bench);
+  RegisterBenchConvkv(bench);
   RegisterBenchServe(bench);
 }
 

@@ -16,6 +16,7 @@ struct ServeFlags {
   std::string model, tokenizer, db, model_name;
   ServerConfig server;
   double max_body_mb = 8;
+  ContextRequest context;
   RuntimeFlags runtime;
   EngineFlags engine;
 };
@@ -62,6 +63,14 @@ int RunServe(ServeFlags& f) {
   }
   ServiceConfig sc;
   sc.model_name = f.model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.model_name;
+  sc.default_context = f.context;
+  // Selective context embeds turns with the model's own token embeddings (no extra model pass).
+  const TensorRef emb = rt->file->weights().tok_embd;
+  sc.embed_dim = static_cast<int>(emb.cols);
+  sc.embed = [emb](int32_t token, float* out) {
+    const size_t row = DTypeBytes(emb.dtype, emb.cols);
+    ToF32(emb.dtype, static_cast<const uint8_t*>(emb.data) + row * token, out, emb.cols);
+  };
   auto service = Service::Create(**engine, *rt->tokenizer, std::move(tmpl), store->get(), sc);
   if (!service.ok()) {
     std::fprintf(stderr, "error: %s\n", service.error().message.c_str());
@@ -106,6 +115,12 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
   cmd->add_option("--http-threads", f->server.http_threads, "connections served at once");
+  cmd->add_option("--context-budget", f->context.budget,
+                  "selective context for every request: history tokens (>= 1) or share (< 1); 0 = off");
+  cmd->add_option("--context-mode", f->context.mode, "selective context: reuse or exact")
+      ->check(CLI::IsMember({"reuse", "exact"}));
+  cmd->add_option("--context-preset", f->context.preset, "turn scoring weights")
+      ->check(CLI::IsMember({"default", "factual", "sequential", "analytical"}));
   AddRuntimeFlags(cmd, &f->runtime);
   AddEngineFlags(cmd, &f->engine);
   cmd->callback([f] {

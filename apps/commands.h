@@ -35,6 +35,7 @@ void RegisterInspect(CLI::App& app);
 void RegisterMakeModel(CLI::App& app);
 void RegisterBench(CLI::App& app);
 void RegisterBenchMultiturn(CLI::App* bench);
+void RegisterBenchConvkv(CLI::App* bench);
 void RegisterBenchServe(CLI::App* bench);
 void RegisterChat(CLI::App& app);
 void RegisterServe(CLI::App& app);

@@ -25,7 +25,7 @@ std::optional<std::string> ContentText(const Json& content) {
   return text;
 }
 
-std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body) {
+std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body, std::vector<bool>* pinned) {
   auto it = body.find("messages");
   if (it == body.end()) return http::BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
   if (!it->is_array() || it->empty()) return http::BadRequest("'messages' must be a non-empty array", "messages", "invalid_type");
@@ -45,6 +45,9 @@ std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body)
     std::optional<std::string> text = content == m.end() ? std::optional<std::string>(std::string()) : ContentText(*content);
     if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
     out.push_back(ChatMessage{r, *text});
+    auto pin = m.find("pinned");
+    if (pin != m.end() && !pin->is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
+    pinned->push_back(pin != m.end() && pin->get<bool>());
   }
   return out;
 }
@@ -70,15 +73,17 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                                              "top_p", "n", "stream", "stream_options", "stop", "presence_penalty",
                                              "frequency_penalty", "seed", "user", "top_k", "min_p", "repetition_penalty",
                                              "ignore_eos", "min_tokens", "metadata", "store", "logprobs",
-                                             "parallel_tool_calls", "service_tier", "context_budget"})) {
+                                             "parallel_tool_calls", "service_tier", "context_budget", "context_mode",
+                                             "context_preset"})) {
     return http::SendError(res, *e);
   }
   if (body.contains("logprobs") && body["logprobs"] == true) {
     return http::SendError(res, http::BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter"));
   }
-  auto msgs = ParseMessages(body);
-  if (auto* e = std::get_if<ApiError>(&msgs)) return http::SendError(res, *e);
   TurnSpec spec;
+  auto msgs = ParseMessages(body, &spec.pinned);
+  if (auto* e = std::get_if<ApiError>(&msgs)) return http::SendError(res, *e);
+  if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
   spec.owner = owner;
   spec.messages = std::move(std::get<0>(msgs));
   if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) {
@@ -96,6 +101,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
+  if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
   const std::string id = NewId("chatcmpl-");
   const int64_t created = http::UnixSeconds();
   const std::string model = service_.config().model_name;
@@ -114,6 +120,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                                         {"logprobs", nullptr},
                                         {"finish_reason", tr.finish_reason}}})},
               {"usage", http::ChatUsage(tr)}};
+    if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
     return http::SendJson(res, j);
   }
 
@@ -150,7 +157,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       } else if (r.finish_reason == "error") {
         write(http::SseData(Json{{"error", {{"message", r.error}, {"type", "invalid_request_error"}}}}));
       } else {
-        write(http::SseData(chunk(Json::object(), r.finish_reason)));
+        Json last = chunk(Json::object(), r.finish_reason);
+        if (t.context.applied) last["mnemo_context"] = http::ContextJson(t.context);
+        write(http::SseData(last));
         if (include_usage) {
           Json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
                     {"choices", Json::array()}, {"usage", http::ChatUsage(r)}};

@@ -153,6 +153,30 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
   return std::nullopt;
 }
 
+std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx) {
+  std::optional<double> b;
+  if (auto e = Number(body, "context_budget", 0, 1e9, &b)) return e;
+  if (b) {
+    if (*b <= 0) return BadRequest("'context_budget' must be > 0", "context_budget", "invalid_value");
+    ctx->budget = *b;
+  }
+  for (const char* k : {"context_mode", "context_preset"}) {
+    auto it = body.find(k);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_string()) return BadRequest(std::string("'") + k + "' must be a string", k, "invalid_type");
+    (std::string(k) == "context_mode" ? ctx->mode : ctx->preset) = it->get<std::string>();
+  }
+  if (ctx->mode != "reuse" && ctx->mode != "exact") {
+    return BadRequest("'context_mode' must be 'reuse' or 'exact'", "context_mode", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+Json ContextJson(const ContextReport& r) {
+  return {{"kept_turns", r.kept_turns}, {"dropped_turns", r.dropped_turns}, {"kept_tokens", r.kept_tokens},
+          {"dropped_tokens", r.dropped_tokens}, {"mode", r.mode}};
+}
+
 std::string SseData(const Json& j) {
   return "data: " + j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }

@@ -33,6 +33,12 @@ std::optional<ApiError> CheckKnownFields(const Json& body, std::initializer_list
 std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<const char*> max_token_fields,
                                         TurnRequest* req);
 
+// Selective-context members: context_budget (a token count >= 1 or a share < 1), context_mode
+// ("reuse" or "exact"), context_preset (scoring weights).
+std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx);
+// The `mnemo_context` extension member of a response.
+Json ContextJson(const ContextReport& r);
+
 // "data: <json>\n\n" (and the named-event form for the Responses API).
 std::string SseData(const Json& j);
 std::string SseEvent(const std::string& type, const Json& j);

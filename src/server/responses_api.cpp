@@ -46,6 +46,10 @@ std::variant<Json, ApiError> InputItems(const Json& input) {
       Json item = {{"type", "message"}, {"role", role},
                    {"content", Json::array({{{"type", part_type}, {"text", *text}}})}};
       if (it.contains("id") && it["id"].is_string()) item["id"] = it["id"];
+      if (it.contains("pinned")) {
+        if (!it["pinned"].is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
+        item["pinned"] = it["pinned"];
+      }
       items.push_back(std::move(item));
     }
   } else {
@@ -57,13 +61,14 @@ std::variant<Json, ApiError> InputItems(const Json& input) {
   return items;
 }
 
-void AppendMessages(const Json& items, std::vector<ChatMessage>* out) {
+void AppendMessages(const Json& items, std::vector<ChatMessage>* out, std::vector<bool>* pinned) {
   for (const auto& it : items) {
     if (!it.is_object() || it.value("type", "message") != "message") continue;
     std::string role = it.value("role", "user");
     if (role == "developer") role = "system";
     auto text = it.contains("content") ? PartsText(it["content"]) : std::optional<std::string>("");
     out->push_back(ChatMessage{role, text.value_or("")});
+    pinned->push_back(it.value("pinned", false));
   }
 }
 
@@ -141,7 +146,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
                                              "stream", "metadata", "user", "seed", "top_k", "min_p", "stop",
                                              "presence_penalty", "frequency_penalty", "repetition_penalty",
                                              "ignore_eos", "min_tokens", "parallel_tool_calls", "tool_choice",
-                                             "tools", "text", "reasoning", "service_tier", "context_budget"})) {
+                                             "tools", "text", "reasoning", "service_tier", "context_budget",
+                                             "context_mode", "context_preset"})) {
     return http::SendError(res, *e);
   }
   if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty()) {
@@ -165,6 +171,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   TurnSpec spec;
   spec.owner = owner;
   if (auto e = http::ParseGeneration(body, {"max_output_tokens"}, &spec.request)) return http::SendError(res, *e);
+  if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
+  std::vector<bool> history_pins;
 
   // The history: a previous response's chain, or a conversation's items.
   std::vector<ChatMessage> history;
@@ -198,8 +206,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       cur = chain.back().previous_response_id;
     }
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      AppendMessages(Json::parse(it->input_items_json, nullptr, false), &history);
-      AppendMessages(Json::parse(it->output_json, nullptr, false), &history);
+      AppendMessages(Json::parse(it->input_items_json, nullptr, false), &history, &history_pins);
+      AppendMessages(Json::parse(it->output_json, nullptr, false), &history, &history_pins);
     }
     if (chain.front().session_id) {
       spec.hint.session = *chain.front().session_id;
@@ -218,7 +226,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       auto page = store->ListConversationItems(*conv_id, owner, lo);
       if (!page.ok()) return http::SendError(res, StoreFailure(page.error()));
       if (!page->has_value()) break;
-      for (const auto& it : (*page)->items) AppendMessages(Json::array({ItemObject(it)}), &history);
+      for (const auto& it : (*page)->items) AppendMessages(Json::array({ItemObject(it)}), &history, &history_pins);
       if (!(*page)->has_more || (*page)->items.empty()) break;
       lo.after = (*page)->items.back().id;
     }
@@ -230,26 +238,24 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   std::vector<ChatMessage> messages;
   if (body.contains("instructions") && body["instructions"].is_string()) {
     messages.push_back(ChatMessage{"system", body["instructions"].get<std::string>()});
+    spec.pinned.push_back(false);
   }
-  const size_t n_fixed = messages.size();
   messages.insert(messages.end(), history.begin(), history.end());
-  AppendMessages(input_items, &messages);
-  // truncation "auto": drop the oldest turns (after the instructions) until the context fits.
-  if (truncation == "auto") {
-    for (;;) {
-      spec.messages = messages;
-      auto toks = service_.Render(spec);
-      if (auto* e = std::get_if<ApiError>(&toks)) return http::SendError(res, *e);
-      if (static_cast<int>(std::get<0>(toks).size()) < service_.engine().max_context() || messages.size() <= n_fixed + 1) break;
-      messages.erase(messages.begin() + n_fixed);
-      spec.hint = SessionHint{};  // the context no longer extends the stored one
-    }
-  }
+  spec.pinned.insert(spec.pinned.end(), history_pins.begin(), history_pins.end());
+  AppendMessages(input_items, &messages, &spec.pinned);
   spec.messages = std::move(messages);
+  // truncation "auto": a context longer than the model's keeps the turns selective context picks.
+  if (truncation == "auto" && spec.context.budget <= 0) {
+    auto toks = service_.Render(spec);
+    if (auto* e = std::get_if<ApiError>(&toks)) return http::SendError(res, *e);
+    const int max_ctx = service_.engine().max_context();
+    if (static_cast<int>(std::get<0>(toks).size()) >= max_ctx) spec.context.budget = std::max(1, max_ctx * 3 / 4);
+  }
   const bool stream = body.value("stream", false) == true;
   auto started = service_.Start(spec);
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
+  if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
 
   StoredResponse sr;
   sr.id = NewId("resp_");
@@ -284,7 +290,9 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     }
     auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner);
     if (auto* e = std::get_if<ApiError>(&c)) return *e;
-    return ResponseObject(sr, Json::parse(sr.request_json), output, usage);
+    Json obj = ResponseObject(sr, Json::parse(sr.request_json), output, usage);
+    if (t.context.applied) obj["mnemo_context"] = http::ContextJson(t.context);
+    return obj;
   };
 
   if (!stream) {

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace mnemo {
 namespace {
@@ -55,7 +56,7 @@ ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
   return tok_.Encode(text, /*add_special=*/!has_bos_text, /*parse_special=*/true);
 }
 
-ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
+ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   auto rendered = Render(spec);
   if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
   std::vector<int32_t> tokens = std::move(std::get<0>(rendered));
@@ -97,14 +98,7 @@ ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
       lcp = consider(target, e.tokens.size());
       plan = lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;  // an explicit session is rewritten
     } else {
-      for (auto& [id, e] : sessions_) {  // automatic: the owner's idle session sharing the most
-        if (e.owner != spec.owner || e.busy) continue;
-        size_t n = consider(id, e.tokens.size());
-        if (n > lcp || (n == lcp && n > 0 && target >= 0 && e.tokens.size() == n)) {
-          lcp = n;
-          target = id;
-        }
-      }
+      std::tie(target, lcp) = BestSessionLocked(spec.owner, tokens);
       if (target >= 0) {
         const Entry& e = sessions_.at(target);
         plan = lcp == e.tokens.size() && lcp > 0 ? Plan::kContinue
@@ -176,6 +170,13 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
                                                     const std::string& owner) {
   const bool keep = r.finish_reason == "stop" || r.finish_reason == "length";
   std::vector<std::string> item_ids;
+  std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(t.session);
+    if (it != sessions_.end()) unstored = it->second.unstored_prefix;
+  }
+  std::vector<int32_t> commit_tokens;
   if (keep && store_) {
     if (t.fork_of) {
       Status f = store_->ForkSession(*t.fork_of, t.session, t.fork_at, owner);
@@ -183,12 +184,18 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     }
     TurnCommit c;
     c.session_id = t.session;
-    c.create_session = t.new_session;
+    c.create_session = t.new_session || !unstored.empty();
     c.owner = owner;
     c.truncate_to = t.truncated_to;
     c.begin = r.log_begin;
     c.prompt_end = t.prompt_tokens;
     c.tokens = r.log_append;
+    if (!unstored.empty()) {  // the composed context becomes part of the session's first stored turn
+      commit_tokens = unstored;
+      commit_tokens.insert(commit_tokens.end(), r.log_append.begin(), r.log_append.end());
+      c.begin = 0;
+      c.tokens = commit_tokens;
+    }
     c.complete = true;
     c.response = std::move(response);
     c.conversation = std::move(conversation);
@@ -199,15 +206,35 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = sessions_[t.session];
   e.busy = false;
+  if (keep) e.unstored_prefix.clear();
   if (keep) {
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
-  } else if (t.new_session || t.fork_of) {  // nothing of it reached the store: forget it
+  } else if (t.new_session || t.fork_of || !unstored.empty()) {  // nothing of it reached the store: forget it
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);
     (void)engine_.DeleteSession(t.session);
   }
   return item_ids;
+}
+
+std::pair<int64_t, size_t> Service::BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens) {
+  int64_t target = -1;
+  size_t lcp = 0;
+  for (auto& [id, e] : sessions_) {  // the owner's idle session sharing the most
+    if (e.owner != owner || e.busy) continue;
+    size_t n = CommonPrefix(e.tokens, e.tokens.size(), tokens);
+    if (n > lcp || (n == lcp && n > 0 && target >= 0 && e.tokens.size() == n)) {
+      lcp = n;
+      target = id;
+    }
+  }
+  return {target, lcp};
+}
+
+std::pair<int64_t, size_t> Service::BestSession(const std::string& owner, const std::vector<int32_t>& tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return BestSessionLocked(owner, tokens);
 }
 
 std::vector<Service::SessionView> Service::Sessions(const std::string& owner) {

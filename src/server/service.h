@@ -6,6 +6,7 @@
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,12 +41,30 @@ struct SessionHint {
   int64_t end_token = -1;      // ... and the log length it ended at
 };
 
+// Selective context (ConvKV) for one request: which turns of a long history the model still sees.
+struct ContextRequest {
+  double budget = 0;               // 0: off; >= 1: history tokens; in (0, 1): share of the history
+  std::string mode = "reuse";      // "reuse" (cached KV of kept turns, re-rotated) or "exact"
+  std::string preset = "default";  // scoring weights: default, factual, sequential, analytical
+  int keep_last = 2;               // newest turns always kept
+};
+
+// What the model saw, reported back as `mnemo_context`.
+struct ContextReport {
+  bool applied = false;
+  std::vector<int> kept_turns, dropped_turns;  // turn indices (0 = system prompt)
+  int64_t kept_tokens = 0, dropped_tokens = 0;
+  std::string mode;
+};
+
 struct TurnSpec {
   std::string owner;                  // API key hash ("" without auth)
   std::vector<ChatMessage> messages;  // the whole conversation to render (chat APIs)
   std::optional<std::string> prompt;  // raw prompt instead of messages (/v1/completions)
   SessionHint hint;
   TurnRequest request;                // generation parameters; session and append are filled in
+  ContextRequest context;             // selective context, off unless budget > 0
+  std::vector<bool> pinned;           // per message: a turn holding a pinned message is kept
 };
 
 struct StartedTurn {
@@ -56,11 +75,15 @@ struct StartedTurn {
   int64_t fork_at = 0;
   std::optional<int64_t> truncated_to;  // the session was truncated here first
   int prompt_tokens = 0;      // rendered context length
+  ContextReport context;      // selective context, when applied
 };
 
 struct ServiceConfig {
   std::string model_name;        // the id served in /v1/models and responses
   int min_reuse_tokens = 16;     // a shared prefix shorter than this starts a new session
+  std::function<void(int32_t, float*)> embed;  // row of the token embedding table (selective context)
+  int embed_dim = 0;             // its width
+  ContextRequest default_context;  // applied when a request names no budget
 };
 
 class Service {
@@ -77,8 +100,12 @@ class Service {
 
   // Renders the turn's context to tokens (BOS and template markers included).
   ApiResult<std::vector<int32_t>> Render(const TurnSpec& spec) const;
-  // Picks or makes the session and submits the turn.
+  // Picks or makes the session and submits the turn (selecting turns first when the request, or
+  // the server default, sets a context budget, or when truncation must shorten the context).
   ApiResult<StartedTurn> Start(TurnSpec spec);
+  // Selective context: replaces spec.messages by the kept turns (and, in reuse mode, composes a
+  // session from the cached KV and points spec.hint at it). Returns what was kept.
+  ApiResult<ContextReport> SelectContext(TurnSpec& spec, double budget);
   // After the turn's kDone: commits a finished turn (and the optional response / conversation
   // update) durably, or forgets a cancelled one. Returns the conversation item ids added.
   ApiResult<std::vector<std::string>> Commit(const StartedTurn& t, const TurnResult& r,
@@ -95,6 +122,11 @@ class Service {
   Status DeleteSession(int64_t id, const std::string& owner);
 
  private:
+  ApiResult<StartedTurn> StartRendered(TurnSpec spec);
+  // The owner's idle session sharing the longest prefix with tokens (-1 if none) and that prefix.
+  std::pair<int64_t, size_t> BestSession(const std::string& owner, const std::vector<int32_t>& tokens);
+  std::pair<int64_t, size_t> BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens);
+
   Service(Engine& e, const Tokenizer& t, ChatTemplate ct, Store* s, ServiceConfig c)
       : engine_(e), tok_(t), template_(std::move(ct)), store_(s), config_(std::move(c)) {}
 
@@ -103,6 +135,7 @@ class Service {
     std::string key;              // client session key, "" if none
     std::vector<int32_t> tokens;  // mirror of the session's committed log
     bool busy = false;            // a turn runs on it
+    std::vector<int32_t> unstored_prefix;  // a composed session's log, not yet in the store
   };
 
   Engine& engine_;

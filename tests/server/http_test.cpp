@@ -231,3 +231,70 @@ TEST(Http, KillNineLosesNoCompletedTurn) {
 
 }  // namespace
 }  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+Json ChatCall(Client& c, const Json& body) {
+  auto r = c.Post("/v1/chat/completions", body.dump());
+  EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no response");
+  return r ? Json::parse(r->body, nullptr, false) : Json();
+}
+
+// Selective context over HTTP: it reports what it dropped, keeps the system prompt, the last two
+// turns and pinned turns within the budget; exact mode answers as the selected context alone
+// would; with nothing dropped it is plain stateful serving.
+TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
+  ServerProcess server({"--db", TempDb("ctx")});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  Json msgs = Json::array({{{"role", "system"}, {"content", "You tell stories."}}});
+  const char* topics[] = {"a dog named Max", "Lily's garden", "a big red ball", "the blue sea", "a little bird", "the old tree"};
+  for (const char* t : topics) {
+    msgs.push_back({{"role", "user"}, {"content", std::string("Tell me about ") + t + "."}});
+    Json r = ChatCall(c, {{"messages", msgs}, {"max_tokens", 16}, {"temperature", 0}});
+    msgs.push_back({{"role", "assistant"}, {"content", r["choices"][0]["message"]["content"]}});
+  }
+  msgs[3]["pinned"] = true;  // Lily's garden (turn 2)
+  msgs.push_back({{"role", "user"}, {"content", "What did Max the dog do?"}});
+  Json plain = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}});
+  for (const char* mode : {"exact", "reuse"}) {
+    Json r = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}, {"context_budget", 0.5}, {"context_mode", mode}});
+    const Json& ctx = r["mnemo_context"];
+    ASSERT_TRUE(ctx.is_object()) << r.dump();
+    EXPECT_EQ(ctx["mode"], mode);
+    std::vector<int> kept = ctx["kept_turns"];
+    EXPECT_EQ(kept.front(), 0);                                      // the system prompt
+    EXPECT_TRUE(std::find(kept.begin(), kept.end(), 2) != kept.end());  // pinned
+    EXPECT_TRUE(std::find(kept.begin(), kept.end(), 5) != kept.end());  // last two
+    EXPECT_TRUE(std::find(kept.begin(), kept.end(), 6) != kept.end());
+    EXPECT_FALSE(ctx["dropped_turns"].empty());
+    EXPECT_LT(r["usage"]["prompt_tokens"].get<int>(), plain["usage"]["prompt_tokens"].get<int>());
+    if (std::string(mode) == "exact") {
+      // The same as sending only the kept turns.
+      Json kept_msgs = Json::array();
+      std::vector<int> starts{0, 1, 3, 5, 7, 9, 11, 13};
+      for (int t : kept) {
+        for (int m = starts[t]; m < starts[t + 1]; m++) kept_msgs.push_back({{"role", msgs[m]["role"]}, {"content", msgs[m]["content"]}});
+      }
+      kept_msgs.push_back(msgs.back());
+      Json alone = ChatCall(c, {{"messages", kept_msgs}, {"max_tokens", 12}, {"temperature", 0}});
+      EXPECT_EQ(r["choices"][0]["message"]["content"], alone["choices"][0]["message"]["content"]);
+    } else {
+      EXPECT_GT(r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 32);  // cached KV reused
+    }
+  }
+  // A budget above the history drops nothing: plain stateful serving, same reply.
+  Json all = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}, {"context_budget", 100000}});
+  EXPECT_TRUE(all["mnemo_context"]["dropped_turns"].empty());
+  EXPECT_EQ(all["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+  auto bad = c.Post("/v1/chat/completions", Json{{"messages", msgs}, {"context_mode", "lossy"}}.dump());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  auto m = c.c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("mnemo_context_selections_total 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mnemo::testing

@@ -1,0 +1,165 @@
+// Selective context (ConvKV) in the service: segment a conversation into turns, score and select
+// them under a token budget, and either re-render the kept turns (exact mode: the shared prefix up
+// to the first gap is reused, the rest recomputed) or compose a session from the cached KV of the
+// kept turns, re-rotated to their new positions (reuse mode).
+#include <algorithm>
+
+#include "context/embedding.h"
+#include "context/scoring.h"
+#include "context/selection.h"
+#include "server/service.h"
+
+namespace mnemo {
+namespace {
+ApiError Invalid(std::string msg, std::string param) {
+  return ApiError{400, "invalid_request_error", std::move(msg), std::move(param), "invalid_value"};
+}
+}  // namespace
+
+ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
+  if (spec.context.budget <= 0 && config_.default_context.budget > 0) spec.context = config_.default_context;
+  ContextReport report;
+  if (spec.context.budget > 0 && !spec.prompt) {
+    auto r = SelectContext(spec, spec.context.budget);
+    if (auto* e = std::get_if<ApiError>(&r)) return *e;
+    report = std::get<ContextReport>(r);
+  }
+  auto st = StartRendered(std::move(spec));
+  if (auto* t = std::get_if<StartedTurn>(&st)) t->context = std::move(report);
+  return st;
+}
+
+ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
+  ContextReport report;
+  report.mode = spec.context.mode;
+  if (spec.context.mode != "reuse" && spec.context.mode != "exact") {
+    return Invalid("'context_mode' must be 'reuse' or 'exact'", "context_mode");
+  }
+  const std::vector<ChatMessage>& msgs = spec.messages;
+  if (msgs.size() < 2 || msgs.back().role != "user") return report;  // nothing to choose from
+  const size_t n_hist = msgs.size() - 1;
+
+  // Turns: 0 = the leading system messages (maybe none), then a user message with what follows it.
+  std::vector<size_t> starts{0};  // first message of each turn
+  size_t first = 0;
+  while (first < n_hist && msgs[first].role == "system") first++;
+  for (size_t j = first; j < n_hist; j++) {
+    if (j == first || msgs[j].role == "user") starts.push_back(j);
+  }
+  starts.push_back(n_hist);
+  // Token span of each turn: lengths of the renderings of growing prefixes.
+  auto encode_prefix = [&](const std::vector<ChatMessage>& m, size_t k) -> ApiResult<std::vector<int32_t>> {
+    if (k == 0) return std::vector<int32_t>{};
+    TurnSpec s;
+    s.messages.assign(m.begin(), m.begin() + k);
+    auto r = template_.Render(s.messages, false);
+    if (!r.ok()) return Invalid("cannot render the conversation: " + r.error().message, "messages");
+    const bool has_bos_text = tok_.bos() >= 0 && r->rfind(tok_.TokenText(tok_.bos()), 0) == 0;
+    return tok_.Encode(*r, !has_bos_text, true);
+  };
+  std::vector<int> lens;
+  for (size_t s : starts) {
+    auto t = encode_prefix(msgs, s);
+    if (auto* e = std::get_if<ApiError>(&t)) return *e;
+    lens.push_back(std::max(lens.empty() ? 0 : lens.back(), static_cast<int>(std::get<0>(t).size())));
+  }
+  auto hist_r = encode_prefix(msgs, n_hist);
+  if (auto* e = std::get_if<ApiError>(&hist_r)) return *e;
+  const std::vector<int32_t> hist = std::get<0>(hist_r);
+  lens.back() = static_cast<int>(hist.size());
+  std::vector<context::TurnSpan> turns;
+  for (size_t t = 0; t + 1 < starts.size(); t++) {
+    context::TurnSpan span{std::min(lens[t], lens.back()), std::min(lens[t + 1], lens.back()), false};
+    for (size_t m = starts[t]; m < starts[t + 1]; m++) span.pinned = span.pinned || (m < spec.pinned.size() && spec.pinned[m]);
+    turns.push_back(span);
+  }
+
+  // Score (3 factors) and select under the budget.
+  auto weights = context::WeightPreset(spec.context.preset);
+  if (!weights.ok()) return Invalid(weights.error().message, "context_preset");
+  context::ScoringOptions opts;
+  opts.weights = *weights;
+  context::IdfStats stats;
+  for (const auto& t : turns) stats.AddDocument(std::span<const int32_t>(hist.data() + t.begin, t.size()));
+  stats.Publish();
+  context::IdfEmbedder embedder(config_.embed, config_.embed_dim, &stats);
+  std::vector<int32_t> query = tok_.Encode(msgs.back().content, false);
+  auto scores = context::ScoreTurns(hist, turns, query, embedder, opts);
+  if (!scores.ok()) return ApiError{500, "server_error", scores.error().message, "", ""};
+  auto budget_tokens = context::ResolveBudget(budget, static_cast<int>(hist.size()));
+  if (!budget_tokens.ok()) return Invalid(budget_tokens.error().message, "context_budget");
+  context::SelectionOptions so;
+  so.keep_last = spec.context.keep_last;
+  auto sel = context::SelectTurns(turns, *scores, *budget_tokens, so);
+  if (!sel.ok()) return Invalid(sel.error().message, "context_budget");
+  report.applied = true;
+  report.kept_turns = sel->kept;
+  report.dropped_turns = sel->dropped;
+  report.kept_tokens = sel->kept_tokens;
+  report.dropped_tokens = sel->dropped_tokens;
+  if (sel->dropped.empty()) return report;  // nothing dropped: normal stateful serving
+
+  std::vector<ChatMessage> kept;
+  for (int t : sel->kept) kept.insert(kept.end(), msgs.begin() + starts[t], msgs.begin() + starts[t + 1]);
+  const size_t n_kept_hist = kept.size();
+  kept.push_back(msgs.back());
+  if (spec.context.mode == "exact") {  // the prefix up to the first gap is reused by prefix matching
+    spec.messages = std::move(kept);
+    spec.hint = SessionHint{};
+    return report;
+  }
+
+  // Reuse: the session holding this conversation's KV, and where each kept turn moves.
+  auto full = Render(spec);
+  if (auto* e = std::get_if<ApiError>(&full)) return *e;
+  auto [src, lcp] = BestSession(spec.owner, std::get<0>(full));
+  std::vector<int32_t> old_log;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (src >= 0) old_log = sessions_.at(src).tokens;
+  }
+  std::vector<int> kept_lens;
+  std::vector<size_t> kept_starts{0};
+  for (int t : sel->kept) kept_starts.push_back(kept_starts.back() + (starts[t + 1] - starts[t]));
+  for (size_t k : kept_starts) {
+    auto e = encode_prefix(kept, k);
+    if (auto* err = std::get_if<ApiError>(&e)) return *err;
+    kept_lens.push_back(static_cast<int>(std::get<0>(e).size()));
+  }
+  auto new_hist_r = encode_prefix(kept, n_kept_hist);
+  if (auto* e = std::get_if<ApiError>(&new_hist_r)) return *e;
+  std::vector<int32_t> new_hist = std::get<0>(new_hist_r);
+  spec.messages = std::move(kept);
+  if (src < 0 || lcp < size_t(config_.min_reuse_tokens) || new_hist.empty()) {
+    spec.hint = SessionHint{};
+    return report;  // no cached KV to reuse: the kept turns are computed afresh
+  }
+  std::vector<KvRun> runs;
+  for (size_t j = 0; j < sel->kept.size(); j++) {
+    const int t = sel->kept[j];
+    const int o0 = turns[t].begin, n0 = std::min(kept_lens[j], static_cast<int>(new_hist.size()));
+    const int len = std::min(turns[t].size(), std::min(kept_lens[j + 1], static_cast<int>(new_hist.size())) - n0);
+    for (int k = 0; k < len;) {  // runs of positions whose tokens agree in both logs
+      while (k < len && (o0 + k >= static_cast<int>(old_log.size()) || old_log[o0 + k] != new_hist[n0 + k])) k++;
+      int start = k;
+      while (k < len && o0 + k < static_cast<int>(old_log.size()) && old_log[o0 + k] == new_hist[n0 + k]) k++;
+      if (k > start) runs.push_back(KvRun{o0 + start, n0 + start, k - start});
+    }
+  }
+  auto dst = engine_.ComposeSession(src, new_hist, runs);
+  if (!dst.ok()) {
+    spec.hint = SessionHint{};
+    return report;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = sessions_[*dst];
+    e.owner = spec.owner;
+    e.tokens = new_hist;
+    e.unstored_prefix = new_hist;
+  }
+  spec.hint = SessionHint{"", *dst, static_cast<int64_t>(new_hist.size())};
+  return report;
+}
+
+}  // namespace mnemo
