@@ -37,6 +37,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "tokens per forward step")->check(CLI::PositiveNumber);
   cmd->add_option("--max-running", f->max_running, "turns in the batch at once")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-waiting", f->max_waiting, "turns queued or running before new ones get 429")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-context", f->max_context, "positions per session (default: the model's)");
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds before an idle session is deleted; 0 = never");
   cmd->add_option("--max-sessions", f->max_sessions, "sessions kept at most; 0 = no bound");
@@ -54,6 +56,7 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   c.cache = f.cache == "on";
   c.max_batch_tokens = f.max_batch_tokens;
   c.max_running = f.max_running;
+  c.max_waiting = f.max_waiting;
   c.max_context = f.max_context;
   c.session_ttl_s = f.session_ttl_s;
   c.max_sessions = f.max_sessions;

@@ -3,6 +3,8 @@
 // to the first gap is reused, the rest recomputed) or compose a session from the cached KV of the
 // kept turns, re-rotated to their new positions (reuse mode).
 #include <algorithm>
+#include <mutex>
+#include <unordered_set>
 
 #include "context/embedding.h"
 #include "context/scoring.h"
@@ -10,6 +12,14 @@
 #include "server/service.h"
 
 namespace mnemo {
+
+struct Service::ContextState {
+  std::mutex mu;                          // one request of a conversation scores at a time
+  context::IdfStats stats;                // document frequencies over the conversation's turns
+  context::TurnCache cache;               // turn features (embeddings), reused across requests
+  std::unordered_set<uint64_t> counted;   // hashes of the turns already in stats
+};
+
 namespace {
 ApiError Invalid(std::string msg, std::string param) {
   return ApiError{400, "invalid_request_error", std::move(msg), std::move(param), "invalid_value"};
@@ -79,12 +89,29 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   if (!weights.ok()) return Invalid(weights.error().message, "context_preset");
   context::ScoringOptions opts;
   opts.weights = *weights;
-  context::IdfStats stats;
-  for (const auto& t : turns) stats.AddDocument(std::span<const int32_t>(hist.data() + t.begin, t.size()));
-  stats.Publish();
-  context::IdfEmbedder embedder(config_.embed, config_.embed_dim, &stats);
+  // The conversation's scoring state: found again by its first user turn.
+  const context::TurnSpan& anchor = turns.size() > 1 ? turns[1] : turns[0];
+  const std::string key = spec.owner + '\n' +
+      std::to_string(context::HashTokens(std::span<const int32_t>(hist.data() + anchor.begin, anchor.size())));
+  std::shared_ptr<ContextState> state;
+  {
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    auto& slot = context_[key];
+    if (!slot) {
+      if (context_.size() > 4096) context_.clear();  // bounded: states are only a cache
+      slot = std::make_shared<ContextState>();
+    }
+    state = context_[key];
+  }
+  std::lock_guard<std::mutex> state_lock(state->mu);
+  for (const auto& t : turns) {
+    std::span<const int32_t> toks(hist.data() + t.begin, t.size());
+    if (state->counted.insert(context::HashTokens(toks)).second) state->stats.AddDocument(toks);
+  }
+  state->stats.MaybePublish();
+  context::IdfEmbedder embedder(config_.embed, config_.embed_dim, &state->stats);
   std::vector<int32_t> query = tok_.Encode(msgs.back().content, false);
-  auto scores = context::ScoreTurns(hist, turns, query, embedder, opts);
+  auto scores = context::ScoreTurns(hist, turns, query, embedder, opts, &state->cache);
   if (!scores.ok()) return ApiError{500, "server_error", scores.error().message, "", ""};
   auto budget_tokens = context::ResolveBudget(budget, static_cast<int>(hist.size()));
   if (!budget_tokens.ok()) return Invalid(budget_tokens.error().message, "context_budget");

@@ -143,6 +143,12 @@ class Service {
   ChatTemplate template_;
   Store* store_;
   ServiceConfig config_;
+  // Selective context's per-conversation state: IDF statistics and turn embeddings, kept across
+  // turns so that each turn is embedded once. Keyed by owner and the conversation's first turn.
+  struct ContextState;
+  std::mutex ctx_mu_;
+  std::unordered_map<std::string, std::shared_ptr<ContextState>> context_;
+
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id
   std::unordered_map<std::string, int64_t> keys_;                   // owner + '\n' + key -> session

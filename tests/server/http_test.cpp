@@ -298,3 +298,77 @@ TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
 
 }  // namespace
 }  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+int CountMetric(Client& c, const std::string& line_prefix) {
+  auto m = c.c.Get("/metrics");
+  if (!m) return -1;
+  auto p = m->body.find(line_prefix);
+  return p == std::string::npos ? 0 : std::stoi(m->body.substr(p + line_prefix.size()));
+}
+
+// A client that goes away mid-stream cancels its generation; nothing of the turn is stored.
+TEST(Http, DisconnectMidStreamCancelsTheTurn) {
+  ServerProcess server({"--db", TempDb("gone")});
+  ASSERT_GT(server.port(), 0) << server.log();
+  {
+    httplib::Client sc("127.0.0.1", server.port());
+    Json body = {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}, {"max_tokens", 400},
+                 {"ignore_eos", true}, {"stream", true}};
+    int chunks = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.set_header("Content-Type", "application/json");
+    req.body = body.dump();
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };  // hang up
+    httplib::Response res;
+    httplib::Error err;
+    sc.send(req, res, err);
+    EXPECT_GE(chunks, 3);
+  }
+  Client c(server.port());
+  int cancelled = 0;
+  for (int i = 0; i < 100 && cancelled == 0; i++) {
+    cancelled = CountMetric(c, "mnemo_turns_total{finish_reason=\"cancelled\"} ");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(cancelled, 1);
+  auto s = c.Get("/v1/sessions");
+  ASSERT_TRUE(s && s->status == 200);
+  EXPECT_TRUE(Json::parse(s->body)["data"].empty()) << s->body;  // the partial turn was discarded
+  EXPECT_EQ(c.Post("/v1/chat/completions", kChat)->status, 200);  // and the server goes on
+}
+
+// When the queue is full, new turns get 429 with Retry-After, and the server keeps serving.
+TEST(Http, FullQueueAnswers429WithRetryAfter) {
+  ServerProcess server({"--max-running", "1", "--max-waiting", "1"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; i++) {
+    clients.emplace_back([&, i] {
+      Client c(server.port());
+      Json body = {{"messages", {{{"role", "user"}, {"content", "Story " + std::to_string(i)}}}}, {"max_tokens", 150}, {"ignore_eos", true}};
+      auto r = c.Post("/v1/chat/completions", body.dump());
+      if (r && r->status == 200) {
+        ok++;
+      } else if (r && r->status == 429 && r->get_header_value("Retry-After") == "1") {
+        busy++;
+      } else {
+        other++;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(busy.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  Client c(server.port());
+  EXPECT_EQ(c.Post("/v1/chat/completions", kChat)->status, 200);
+}
+
+}  // namespace
+}  // namespace mnemo::testing
