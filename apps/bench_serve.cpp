@@ -632,18 +632,7 @@ void RegisterBenchServe(CLI::App* bench) {
   cmd->add_option("--api-key", f->api_key, "bearer token for the Authorization header");
   cmd->add_option("--model-name", f->model_name, "model field of requests (default: first of /v1/models)");
   cmd->add_option("--label", f->label, "name of the system under test in the JSON output (default: the api)");
-  cmd->add_option("--seed", f->workload.seed, "workload seed");
-  cmd->add_option("--conversations", f->workload.conversations, "conversations in the run")->check(CLI::PositiveNumber);
-  cmd->add_option("--mean-turns", f->workload.mean_turns, "mean turns per conversation");
-  cmd->add_option("--max-turns", f->workload.max_turns, "cap on turns per conversation");
-  cmd->add_option("--input-median", f->workload.input_median, "user message tokens, lognormal median");
-  cmd->add_option("--input-sigma", f->workload.input_sigma, "user message tokens, lognormal sigma");
-  cmd->add_option("--output-median", f->workload.output_median, "reply tokens, lognormal median");
-  cmd->add_option("--output-sigma", f->workload.output_sigma, "reply tokens, lognormal sigma");
-  cmd->add_option("--system-tokens", f->workload.system_tokens, "system prompt length (words)");
-  cmd->add_option("--think-time", f->workload.think_mean_s, "mean think time between turns (s, exponential)");
-  cmd->add_option("--users", f->users, "concurrent users (closed loop)")->check(CLI::PositiveNumber);
-  cmd->add_option("--rate", f->rate, "new conversations per second (Poisson, open loop) instead of --users");
+  AddWorkloadFlags(cmd, &f->workload, &f->users, &f->rate);
   cmd->add_option("--slots", f->slots, "llamacpp: id_slot = user % slots (open loop: conversation % slots; 0: the server picks)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-requests", f->max_requests, "stop issuing requests after this many (0: no limit)")

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "workload/workload.h"
+
 namespace mnemo::app {
 
 // Options every model-running command shares.
@@ -30,6 +32,9 @@ struct EngineFlags {
   int max_sessions = 0;
 };
 void AddEngineFlags(CLI::App* cmd, EngineFlags* f);
+
+// The synthetic workload's flags, shared by bench multiturn and bench serve (one generator).
+void AddWorkloadFlags(CLI::App* cmd, WorkloadConfig* w, int* users, double* rate);
 
 void RegisterGenerate(CLI::App& app);
 void RegisterInspect(CLI::App& app);

@@ -44,6 +44,21 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-sessions", f->max_sessions, "sessions kept at most; 0 = no bound");
 }
 
+void AddWorkloadFlags(CLI::App* cmd, WorkloadConfig* w, int* users, double* rate) {
+  cmd->add_option("--seed", w->seed, "workload seed");
+  cmd->add_option("--conversations", w->conversations, "conversations in the run")->check(CLI::PositiveNumber);
+  cmd->add_option("--mean-turns", w->mean_turns, "mean turns per conversation");
+  cmd->add_option("--max-turns", w->max_turns, "cap on turns per conversation");
+  cmd->add_option("--input-median", w->input_median, "user message tokens, lognormal median");
+  cmd->add_option("--input-sigma", w->input_sigma, "user message tokens, lognormal sigma");
+  cmd->add_option("--output-median", w->output_median, "reply tokens, lognormal median");
+  cmd->add_option("--output-sigma", w->output_sigma, "reply tokens, lognormal sigma");
+  cmd->add_option("--system-tokens", w->system_tokens, "system prompt length (words)");
+  cmd->add_option("--think-time", w->think_mean_s, "mean think time between turns (s, exponential)");
+  cmd->add_option("--users", *users, "concurrent users (closed loop)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rate", *rate, "new conversations per second (Poisson, open loop) instead of --users");
+}
+
 EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   EngineConfig c;
   c.kv_dtype = kv_dtype;
