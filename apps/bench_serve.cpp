@@ -109,6 +109,17 @@ class SseReader {
 // The keys of mnemo's usage.mnemo_tokens_by_source, in the order RequestRecord::sources keeps them.
 constexpr const char* kSources[] = {"t0", "t1", "t2", "recomputed", "new"};
 
+// The member `key` of `j` when j is an object that has it, else null. Unlike operator[] on a const
+// json (undefined behaviour for a missing key) it is safe on any input.
+const Json& Get(const Json& j, const char* key) {
+  static const Json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+std::string Str(const Json& j) { return j.is_string() ? j.get<std::string>() : std::string(); }
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -235,10 +246,9 @@ void ServeBench::ResolveModel() {
   cli.set_read_timeout(10, 0);
   auto res = cli.Get(target_.prefix + "/v1/models", Headers());
   if (res && res->status == 200) {
-    Json j = Json::parse(res->body, nullptr, false);
-    if (j.is_object() && j["data"].is_array() && !j["data"].empty() && j["data"][0]["id"].is_string()) {
-      model_ = j["data"][0]["id"].get<std::string>();
-    }
+    const Json j = Json::parse(res->body, nullptr, false);
+    const Json& data = Get(j, "data");
+    if (data.is_array() && !data.empty()) model_ = Str(Get(data[0], "id"));
   }
   if (model_.empty()) model_ = "default";
 }
@@ -265,63 +275,63 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
     if (rec->error.empty()) rec->error = msg;
   };
   auto num = [](const Json& j, const char* key) -> int64_t {
-    auto it = j.find(key);
-    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+    const Json& v = Get(j, key);
+    return v.is_number_integer() ? v.get<int64_t>() : -1;
   };
+  // Stream events are read through Get/Str/num, which never insert, never throw and treat a
+  // missing or mistyped field as absent: a server's odd event must not take the client down.
   SseReader sse([&](std::string_view payload) {
     if (payload == "[DONE]") return;
-    Json j = Json::parse(payload, nullptr, false);
+    const Json j = Json::parse(payload, nullptr, false);
     if (!j.is_object()) return fail("unparsable stream event: " + std::string(payload.substr(0, 200)));
     if (j.contains("error")) {
-      const Json& e = j["error"];
-      return fail(e.is_object() && e.contains("message") ? e["message"].dump() : e.dump());
+      const Json& e = Get(j, "error");
+      return fail(e.is_object() && e.contains("message") ? Get(e, "message").dump() : e.dump());
     }
     if (f_.api == "chat") {
-      if (j["choices"].is_array() && !j["choices"].empty()) {
-        const Json& d = j["choices"][0]["delta"];
-        if (d.is_object() && d["content"].is_string()) on_text(d["content"].get<std::string>());
-      }
-      if (j["usage"].is_object()) {
-        const Json& u = j["usage"];
+      const Json& choices = Get(j, "choices");
+      if (choices.is_array() && !choices.empty()) on_text(Str(Get(Get(choices[0], "delta"), "content")));
+      const Json& u = Get(j, "usage");
+      if (u.is_object()) {
         rec->prompt_tokens = num(u, "prompt_tokens");
         rec->completion_tokens = num(u, "completion_tokens");
-        if (u["prompt_tokens_details"].is_object()) rec->cached_tokens = num(u["prompt_tokens_details"], "cached_tokens");
-        if (u["mnemo_tokens_by_source"].is_object()) {  // mnemo's extension: where the context's KV came from
+        rec->cached_tokens = num(Get(u, "prompt_tokens_details"), "cached_tokens");
+        const Json& src = Get(u, "mnemo_tokens_by_source");  // mnemo's extension: where the context's KV came from
+        if (src.is_object()) {
           rec->sources.clear();
-          for (const char* k : kSources) rec->sources.push_back(std::max<int64_t>(0, num(u["mnemo_tokens_by_source"], k)));
+          for (const char* k : kSources) rec->sources.push_back(std::max<int64_t>(0, num(src, k)));
         }
       }
     } else if (f_.api == "responses") {
-      const std::string type = j.value("type", "");
-      if (type == "response.output_text.delta" && j["delta"].is_string()) {
-        on_text(j["delta"].get<std::string>());
-      } else if (type == "response.created" && j["response"].is_object()) {
-        *response_id = j["response"].value("id", "");
+      const std::string type = Str(Get(j, "type"));
+      const Json& r = Get(j, "response");
+      if (type == "response.output_text.delta") {
+        on_text(Str(Get(j, "delta")));
+      } else if (type == "response.created") {
+        *response_id = Str(Get(r, "id"));
       } else if (type == "response.completed" || type == "response.incomplete") {
-        const Json& r = j["response"];
-        *response_id = r.value("id", *response_id);
-        if (r["usage"].is_object()) {
-          const Json& u = r["usage"];
+        if (!Str(Get(r, "id")).empty()) *response_id = Str(Get(r, "id"));
+        const Json& u = Get(r, "usage");
+        if (u.is_object()) {
           rec->prompt_tokens = num(u, "input_tokens");
           rec->completion_tokens = num(u, "output_tokens");
-          if (u["input_tokens_details"].is_object()) rec->cached_tokens = num(u["input_tokens_details"], "cached_tokens");
+          rec->cached_tokens = num(Get(u, "input_tokens_details"), "cached_tokens");
         }
       } else if (type == "response.failed") {
-        fail("response failed: " + j["response"].value("error", Json()).dump());
+        fail("response failed: " + Get(r, "error").dump());
       }
     } else {  // llamacpp
-      if (j["content"].is_string()) on_text(j["content"].get<std::string>());
-      if (j.value("stop", false)) {
+      on_text(Str(Get(j, "content")));
+      if (Get(j, "stop") == true) {
         rec->prompt_tokens = num(j, "tokens_evaluated");
         rec->completion_tokens = num(j, "tokens_predicted");
         // timings.cache_n: prompt tokens reused from the slot; "tokens_cached" is the slot's whole
         // length after the reply, which counts the reply too.
-        if (j["timings"].is_object()) {
-          rec->cached_tokens = num(j["timings"], "cache_n");
-          const int64_t processed = num(j["timings"], "prompt_n");
-          if (rec->cached_tokens < 0 && processed >= 0 && rec->prompt_tokens >= 0) {
-            rec->cached_tokens = rec->prompt_tokens - processed;
-          }
+        const Json& timings = Get(j, "timings");
+        rec->cached_tokens = num(timings, "cache_n");
+        const int64_t processed = num(timings, "prompt_n");
+        if (rec->cached_tokens < 0 && processed >= 0 && rec->prompt_tokens >= 0) {
+          rec->cached_tokens = rec->prompt_tokens - processed;
         }
       }
     }

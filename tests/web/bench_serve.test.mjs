@@ -118,6 +118,38 @@ test('llamacpp API: full prompts with cache_prompt and slots, stream parsed', as
   }
 });
 
+test('odd but well-formed stream events are tolerated', async () => {
+  // A chat server stand-in whose events miss or mistype every optional field.
+  const fake = createServer((req, res) => {
+    let data = '';
+    req.on('data', (d) => { data += d; });
+    req.on('end', () => {
+      const b = JSON.parse(data);
+      res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+      const events = [{ choices: [{ delta: { role: 'assistant' } }] }, { choices: [5] }, { choices: 'x' }, { usage: 7 },
+        { choices: [{ delta: null }] }, { choices: [{ delta: { content: 3 } }] }, { other: true }];
+      for (let i = 0; i < b.max_tokens; i++) events.push({ choices: [{ delta: { content: ' w' } }] });
+      events.push({ choices: [{ delta: {}, finish_reason: 'length' }] });
+      events.push({ choices: [], usage: { prompt_tokens: 'many', prompt_tokens_details: 4, mnemo_tokens_by_source: [] } });
+      for (const e of events) res.write(`data: ${JSON.stringify(e)}\r\n\r\n`);
+      res.end('data: [DONE]\n\n');
+    });
+  });
+  await new Promise((r) => fake.listen(0, '127.0.0.1', r));
+  try {
+    const r = await bench(['--url', `http://127.0.0.1:${fake.address().port}`, '--api', 'chat', '--model-name', 'm',
+      '--json', ...WORKLOAD]);
+    assert.equal(r.code, 0, r.stderr);
+    const j = JSON.parse(r.stdout);
+    assert.equal(j.errors, 0, JSON.stringify(j.error_messages));
+    assert.ok(j.requests >= 3);
+    assert.equal(j.prompt_tokens, 0, 'no usable usage was reported');
+    assert.equal(j.tokens_by_source, undefined);
+  } finally {
+    fake.close();
+  }
+});
+
 test('refuses a server that is not on this machine', async () => {
   const r = await bench(['--url', 'http://192.0.2.1:8080', '--conversations', '1']);
   assert.equal(r.code, 1);
