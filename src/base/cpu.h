@@ -17,7 +17,8 @@ struct CpuFeatures {
 // permission (arch_prctl ARCH_REQ_XCOMP_PERM), which this call requests.
 const CpuFeatures& GetCpuFeatures();
 
-// Threads used by kernels (OpenMP). Defaults to the number of cores.
+// Threads used by kernels (the ThreadPool, and OpenMP inside oneDNN). Defaults to the number of
+// cores.
 int NumThreads();
 void SetNumThreads(int n);
 

@@ -171,6 +171,7 @@ void BenchAttention(double budget, bool quick) {
     };
     std::vector<Case> cases = {{"decode 32 seqs x ctx 128", 32, 128, 1},
                                {"decode 32 seqs x ctx 512", 32, 512, 1},
+                               {"decode 1 seq x ctx 512", 1, 512, 1},
                                {"decode 1 seq x ctx 2048", 1, 2048, 1},
                                {"prefill 512 / ctx 512", 1, 512, 512}};
     if (!quick) cases.push_back({"prefill 2048 / ctx 2048", 1, 2048, 2048});

@@ -9,6 +9,7 @@
 
 #include "base/cpu.h"
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/dispatch.h"
 
@@ -134,14 +135,13 @@ void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, i
   const bool fast = f.avx512f && f.f16c && kv.head_dim % 16 == 0 &&
                     kv.head_dim <= detail::kAttnMaxHeadDimAvx512;
   const int n_items = static_cast<int>(items.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(NumThreads()) if (n_items > 1)
-  for (int i = 0; i < n_items; i++) {
+  ThreadPool::Get().For(n_items, [&](int i) {
     if (fast) {
       detail::AttnTaskAvx512(a, items[i].task);
     } else {
       detail::AttnTaskRef(a, items[i].task);
     }
-  }
+  });
 }
 
 }  // namespace mnemo::kernels

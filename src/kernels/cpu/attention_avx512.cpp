@@ -185,8 +185,46 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
 
 // ---- narrow kernel -------------------------------------------------------------------------------
 
+// acc[i] = acc[i] * corr[i] + sum_{j < n} p[i][j] v[j] for NG query vectors at once: each V row is
+// loaded once for all of them, and the NG * C accumulators are independent FMA chains.
+// v: [n][hd] f32; p: [NG][kBlockTokens]; acc: [NG][hd].
+template <int C, int NG>
+inline void AccumulateV(const float* v, int n, const float* p, const float* corr, float* acc) {
+  constexpr int hd = C * 16;
+  __m512 av[NG][C];
+  for (int i = 0; i < NG; i++) {
+    const __m512 ci = _mm512_set1_ps(corr[i]);
+    for (int c = 0; c < C; c++) av[i][c] = _mm512_mul_ps(_mm512_load_ps(acc + i * hd + c * 16), ci);
+  }
+  for (int j = 0; j < n; j++) {
+    __m512 vj[C];
+    for (int c = 0; c < C; c++) vj[c] = _mm512_loadu_ps(v + size_t(j) * hd + c * 16);
+    for (int i = 0; i < NG; i++) {
+      const __m512 pij = _mm512_set1_ps(p[i * kBlockTokens + j]);
+      for (int c = 0; c < C; c++) av[i][c] = _mm512_fmadd_ps(pij, vj[c], av[i][c]);
+    }
+  }
+  for (int i = 0; i < NG; i++)
+    for (int c = 0; c < C; c++) _mm512_store_ps(acc + i * hd + c * 16, av[i][c]);
+}
+
+// Vectors per AccumulateV call: as many as keep NG * C accumulators within 16 registers.
+template <int C>
+constexpr int kVGroup = C <= 4 ? 4 : 2;
+
+template <int C>
+void AccumulateVGroup(const float* v, int n, const float* p, const float* corr, float* acc, int ng) {
+  switch (ng) {
+    case 1: return AccumulateV<C, 1>(v, n, p, corr, acc);
+    case 2: return AccumulateV<C, 2>(v, n, p, corr, acc);
+    case 3: if constexpr (kVGroup<C> >= 3) return AccumulateV<C, 3>(v, n, p, corr, acc); break;
+    case 4: if constexpr (kVGroup<C> >= 4) return AccumulateV<C, 4>(v, n, p, corr, acc); break;
+  }
+}
+
 // C = head_dim / 16 registers per vector. Blocks outermost, so each K/V block is read from
-// memory once for all the task's vectors (the GQA group of a decode step).
+// memory once for all the task's vectors (the GQA group of a decode step); F16/BF16 blocks are
+// converted to f32 once, into L1-resident scratch, for all of them.
 template <DType DT, int C>
 void NarrowTask(const AttnArgs& a, const AttnTask& t) {
   const AttnSeq& seq = a.seqs[t.seq];
@@ -195,7 +233,10 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
   const int nvec = t.v1 - t.v0;
   alignas(64) float qs[kAttnNarrowVecs][hd];   // scaled queries
   alignas(64) float acc[kAttnNarrowVecs][hd];  // running sum of p * v
-  float m[kAttnNarrowVecs], l[kAttnNarrowVecs];
+  alignas(64) float p[kAttnNarrowVecs][kBlockTokens];  // this block's probabilities (0 if hidden)
+  alignas(64) float kf[DT == DType::F32 ? 1 : kBlockTokens][hd];  // K block in f32
+  alignas(64) float vf[DT == DType::F32 ? 1 : kBlockTokens][hd];  // V block in f32
+  float m[kAttnNarrowVecs], l[kAttnNarrowVecs], corr[kAttnNarrowVecs];
   int last[kAttnNarrowVecs];  // last visible key per vector
   float* outp[kAttnNarrowVecs];
   int kmax = -1;
@@ -214,66 +255,81 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     kmax = std::max(kmax, last[i]);
     outp[i] = a.out + (size_t(row) * a.n_heads + head) * hd;
   }
+  constexpr size_t row_bytes = size_t(hd) * (DT == DType::F32 ? 4 : 2);
   for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
+    const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
     const int32_t block = seq.block_table[k0 / kBlockTokens];
     const void* kr = KvBlockPtr(kv, block, 0, t.kv_head);
     const void* vr = KvBlockPtr(kv, block, 1, t.kv_head);
-    // The next block's K and V, one row each per key of this block for the first vector:
-    // spread out so that the prefetches are not dropped for want of miss buffers.
-    const char* next_k = nullptr;
-    const char* next_v = nullptr;
-    if (k0 + kBlockTokens <= kmax) {
-      const int32_t nb = seq.block_table[k0 / kBlockTokens + 1];
-      next_k = static_cast<const char*>(KvBlockPtr(kv, nb, 0, t.kv_head));
-      next_v = static_cast<const char*>(KvBlockPtr(kv, nb, 1, t.kv_head));
+    // K and V of the block after next, a row at a time alongside this block's rows: decode is
+    // bound by the latency of these reads once the weights' stream has flushed the caches.
+    const char* ahead_k = nullptr;
+    const char* ahead_v = nullptr;
+    if (k0 + 2 * kBlockTokens <= kmax) {
+      const int32_t ab = seq.block_table[k0 / kBlockTokens + 2];
+      ahead_k = static_cast<const char*>(KvBlockPtr(kv, ab, 0, t.kv_head));
+      ahead_v = static_cast<const char*>(KvBlockPtr(kv, ab, 1, t.kv_head));
     }
-    constexpr size_t row_bytes = size_t(hd) * (DT == DType::F32 ? 4 : 2);
+    const float* kp;
+    const float* vp;
+    if constexpr (DT == DType::F32) {
+      kp = static_cast<const float*>(kr);
+      vp = static_cast<const float*>(vr);
+    } else {
+      for (int j = 0; j < nvalid; j++) {
+        for (int c = 0; c < C; c++) {
+          _mm512_store_ps(kf[j] + c * 16, LoadRow16<DT>(kr, size_t(j) * hd + c * 16));
+          _mm512_store_ps(vf[j] + c * 16, LoadRow16<DT>(vr, size_t(j) * hd + c * 16));
+        }
+      }
+      kp = kf[0];
+      vp = vf[0];
+    }
+    if (ahead_k != nullptr) {
+      for (size_t b = 0; b < kBlockTokens * row_bytes; b += 64) {
+        _mm_prefetch(ahead_k + b, _MM_HINT_T0);
+        _mm_prefetch(ahead_v + b, _MM_HINT_T0);
+      }
+    }
+    int jmax = 0;  // keys of this block visible to any vector
     for (int i = 0; i < nvec; i++) {
       const int lim = std::min(kBlockTokens, last[i] - k0 + 1);  // visible keys in this block
-      if (lim <= 0) continue;
+      corr[i] = 1.0f;
+      if (lim <= 0) {
+        std::fill(p[i], p[i] + kBlockTokens, 0.0f);
+        continue;
+      }
+      jmax = std::max(jmax, lim);
       __m512 qv[C];
       for (int c = 0; c < C; c++) qv[c] = _mm512_load_ps(qs[i] + c * 16);
       __m512 s[2];
       for (int h = 0; h * 16 < lim; h++) {
         __m512 part[16];
         for (int jj = 0; jj < 16; jj++) {
-          if (i == 0 && next_k != nullptr) {
-            const size_t off = size_t(h * 16 + jj) * row_bytes;
-            for (size_t b = 0; b < row_bytes; b += 64) {
-              _mm_prefetch(next_k + off + b, _MM_HINT_T0);
-              _mm_prefetch(next_v + off + b, _MM_HINT_T0);
-            }
-          }
-          // Rows past lim (stale or garbage) only reach lanes that the blend below discards.
-          const size_t base = size_t(h * 16 + jj) * hd;
-          __m512 p = _mm512_mul_ps(qv[0], LoadRow16<DT>(kr, base));
-          for (int c = 1; c < C; c++) p = _mm512_fmadd_ps(qv[c], LoadRow16<DT>(kr, base + c * 16), p);
-          part[jj] = p;
+          // Rows past lim (stale data) only reach lanes that the blend below discards.
+          const float* kj = kp + size_t(h * 16 + jj) * hd;
+          __m512 d = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+          for (int c = 1; c < C; c++) d = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + c * 16), d);
+          part[jj] = d;
         }
         s[h] = _mm512_mask_blend_ps(TailMask(lim - h * 16), _mm512_set1_ps(-INFINITY), Reduce16(part));
       }
       const int halves = (lim + 15) / 16;
       const float mb = std::max(m[i], _mm512_reduce_max_ps(halves == 2 ? _mm512_max_ps(s[0], s[1]) : s[0]));
-      const float corr = std::exp(m[i] - mb);
+      corr[i] = std::exp(m[i] - mb);
       m[i] = mb;
-      alignas(64) float p[kBlockTokens];
       __m512 psum = _mm512_setzero_ps();
-      for (int h = 0; h < halves; h++) {
-        const __m512 e = Exp512(_mm512_sub_ps(s[h], _mm512_set1_ps(mb)));
+      for (int h = 0; h < 2; h++) {
+        // exp(-inf) = 0 for the hidden keys and for the half past lim.
+        const __m512 e = h < halves ? Exp512(_mm512_sub_ps(s[h], _mm512_set1_ps(mb))) : _mm512_setzero_ps();
         psum = _mm512_add_ps(psum, e);
-        _mm512_store_ps(p + h * 16, e);
+        _mm512_store_ps(p[i] + h * 16, e);
       }
-      l[i] = l[i] * corr + _mm512_reduce_add_ps(psum);
-      __m512 av[C];
-      const __m512 vc = _mm512_set1_ps(corr);
-      for (int c = 0; c < C; c++) av[c] = _mm512_mul_ps(_mm512_load_ps(acc[i] + c * 16), vc);
-      for (int j = 0; j < lim; j++) {
-        const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int c = 0; c < C; c++) {
-          av[c] = _mm512_fmadd_ps(pj, LoadRow16<DT>(vr, size_t(j) * hd + c * 16), av[c]);
-        }
-      }
-      for (int c = 0; c < C; c++) _mm512_store_ps(acc[i] + c * 16, av[c]);
+      l[i] = l[i] * corr[i] + _mm512_reduce_add_ps(psum);
+    }
+    // Rows [0, jmax) of V are this block's real data, so p = 0 leaves a vector unchanged.
+    for (int i0 = 0; i0 < nvec; i0 += kVGroup<C>) {
+      AccumulateVGroup<C>(vp, jmax, p[i0], corr + i0, acc[i0], std::min(kVGroup<C>, nvec - i0));
     }
   }
   for (int i = 0; i < nvec; i++) {

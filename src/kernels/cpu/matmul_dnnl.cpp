@@ -38,7 +38,7 @@ struct Key {
 
 struct Entry {
   dnnl::matmul prim;
-  dnnl::memory::desc src, wei, dst;
+  dnnl::memory::desc src, wei, dst, scratch;
 };
 
 // Process-wide cache of primitives by shape. Entries are never evicted: shapes come from a
@@ -59,17 +59,26 @@ const Entry& GetPrimitive(const Key& key) {
     e.wei = dnnl::memory::desc(dims{key.k, key.n}, dt::f32, tag::ba);
   }
   e.dst = dnnl::memory::desc(dims{key.m, key.n}, dt::f32, tag::ab);
-  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.src, e.wei, e.dst), Engine());
+  // The caller's own scratchpad: with the library's (shared per primitive), two threads running
+  // the same shape at once corrupted each other's results (engine thread and a second model).
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(e.src, e.wei, e.dst), attr, Engine());
+  e.scratch = pd.scratchpad_desc();
   e.prim = dnnl::matmul(pd);
   return cache.emplace(key, std::move(e)).first->second;
 }
 
 void Execute(const Entry& e, const void* w, const void* x, float* y) {
   thread_local dnnl::stream stream(Engine());
+  thread_local std::vector<char> scratch;
+  scratch.resize(std::max<size_t>(e.scratch.get_size(), 1));
   dnnl::memory ms(e.src, Engine(), const_cast<void*>(x));
   dnnl::memory mw(e.wei, Engine(), const_cast<void*>(w));
   dnnl::memory md(e.dst, Engine(), y);
-  e.prim.execute(stream, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}});
+  dnnl::memory mscratch(e.scratch, Engine(), scratch.data());
+  e.prim.execute(stream, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md},
+                          {DNNL_ARG_SCRATCHPAD, mscratch}});
   stream.wait();
 }
 

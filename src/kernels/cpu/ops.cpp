@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops_internal.h"
 
@@ -22,11 +23,10 @@ template <class Fn>
 void ForRows(int n, size_t row_elems, Fn fn) {
   const int threads = NumThreads();
   if (threads == 1 || n < 2 || size_t(n) * row_elems < (size_t(1) << 16)) return fn(0, n);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; t++) {
+  ThreadPool::Get().For(threads, [&](int t) {
     const int i0 = int(int64_t(n) * t / threads), i1 = int(int64_t(n) * (t + 1) / threads);
     if (i1 > i0) fn(i0, i1);
-  }
+  });
 }
 
 }  // namespace
@@ -56,8 +56,7 @@ void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int ro
   for (int i = 0; i < half; i++) {
     freq[i] = 1.0f / powf(theta, float(2 * i) / float(rope_dims));
   }
-#pragma omp parallel for schedule(static) num_threads(NumThreads()) if (n >= 16)
-  for (int t = 0; t < n; t++) {
+  auto rotate = [&](int t) {
     float cs[256], sn[256];  // cos / sin per pair, chunked to keep them on the stack
     for (int i0 = 0; i0 < half; i0 += 256) {
       const int i1 = std::min(half, i0 + 256);
@@ -76,6 +75,11 @@ void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int ro
         }
       }
     }
+  };
+  if (n >= 16) {
+    ThreadPool::Get().For(n, rotate);
+  } else {
+    for (int t = 0; t < n; t++) rotate(t);
   }
 }
 
