@@ -240,6 +240,14 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     messages.push_back(ChatMessage{"system", body["instructions"].get<std::string>()});
     spec.pinned.push_back(false);
   }
+  // The stored session ended with the latest reply of the history: the turn continues after it.
+  if (spec.hint.session >= 0) {
+    for (size_t i = history.size(); i-- > 0;) {
+      if (history[i].role != "assistant") continue;
+      spec.hint.reply_message = static_cast<int>(messages.size() + i);
+      break;
+    }
+  }
   messages.insert(messages.end(), history.begin(), history.end());
   spec.pinned.insert(spec.pinned.end(), history_pins.begin(), history_pins.end());
   AppendMessages(input_items, &messages, &spec.pinned);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "server/turn_append.h"
+
 namespace mnemo {
 namespace {
 
@@ -22,6 +24,7 @@ ApiError Invalid(std::string msg, std::string param = "") {
 Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
                                                  Store* store, const ServiceConfig& config) {
   std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
+  s->control_texts_ = ControlTexts(tokenizer);
   if (store) {
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();
@@ -41,72 +44,189 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
   return s;
 }
 
-ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
-  std::string text;
-  if (spec.prompt) {
-    text = *spec.prompt;
-    return tok_.Encode(text, /*add_special=*/true, /*parse_special=*/false);
-  }
+ApiResult<std::string> Service::RenderText(const TurnSpec& spec) const {
+  if (spec.prompt) return *spec.prompt;
   if (spec.messages.empty()) return Invalid("messages must not be empty", "messages");
   auto r = template_.Render(spec.messages, /*add_generation_prompt=*/true);
   if (!r.ok()) return Invalid("cannot render the conversation with the model's chat template: " + r.error().message, "messages");
-  text = std::move(r.value());
+  return std::move(r.value());
+}
+
+std::vector<int32_t> Service::Encode(const TurnSpec& spec, const std::string& text) const {
+  if (spec.prompt) return tok_.Encode(text, /*add_special=*/true, /*parse_special=*/false);
   // Templates that write the BOS text themselves must not get a second BOS.
   const bool has_bos_text = tok_.bos() >= 0 && text.rfind(tok_.TokenText(tok_.bos()), 0) == 0;
   return tok_.Encode(text, /*add_special=*/!has_bos_text, /*parse_special=*/true);
 }
 
-ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
-  auto rendered = Render(spec);
-  if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
-  std::vector<int32_t> tokens = std::move(std::get<0>(rendered));
-  const int max_ctx = engine_.max_context();
-  if (static_cast<int>(tokens.size()) >= max_ctx) {
-    return ApiError{400, "invalid_request_error",
-                    "the context has " + std::to_string(tokens.size()) + " tokens; this model's maximum context is " +
-                        std::to_string(max_ctx - 1) + " tokens",
-                    spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
+ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
+  auto text = RenderText(spec);
+  if (auto* err = std::get_if<ApiError>(&text)) return *err;
+  return Encode(spec, std::get<std::string>(text));
+}
+
+std::vector<Service::TurnMark> Service::MarksWithin(const Entry& e, size_t n, const std::string& text) {
+  std::vector<TurnMark> out;
+  for (const TurnMark& m : e.marks) {  // nested prefixes: the first that fails ends the list
+    if (m.end > n || m.text_end > text.size() || text.compare(0, m.text_end, e.text, 0, m.text_end) != 0) break;
+    out.push_back(m);
   }
+  return out;
+}
+
+std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, const std::string& text) {
+  // The reply the request continues after, and the text before it (the prompt that produced it).
+  const auto& msgs = spec.messages;
+  int n_old = spec.hint.reply_message;
+  if (n_old < 0) {
+    for (int i = static_cast<int>(msgs.size()) - 1; i >= 0 && n_old < 0; --i) {
+      if (msgs[i].role == "assistant") n_old = i;
+    }
+  }
+  if (n_old <= 0 || n_old >= static_cast<int>(msgs.size()) || msgs[n_old].role != "assistant") return std::nullopt;
+  auto a = template_.RenderAppend(msgs, static_cast<size_t>(n_old), /*add_generation_prompt=*/true);
+  if (!a.ok()) return std::nullopt;  // not prefix-stable here: render whole
+  const std::string after = a->text();
+  if (after.size() > text.size() || text.compare(text.size() - after.size(), after.size(), after) != 0) return std::nullopt;
+  const size_t prompt_size = text.size() - after.size();
+
+  // The session and turn whose prompt rendered exactly as that text, and a snapshot of its reply.
+  AppendPlan plan;
+  bool can_continue = false;  // the turn is the session's latest: it may continue in place
+  bool explicit_session = false;
+  size_t prompt_end = 0;
+  std::vector<int32_t> reply_tokens;
+  int32_t prev = kNoToken;
+  std::string reply_text;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto turn_of = [&](const Entry& e, int64_t end_token) -> const TurnMark* {
+      for (size_t j = 0; j < e.marks.size(); ++j) {
+        const TurnMark& m = e.marks[j];
+        if ((end_token >= 0 && m.end != static_cast<size_t>(end_token)) || m.text_end != prompt_size) continue;
+        if (m.end > e.tokens.size() || text.compare(0, prompt_size, e.text, 0, prompt_size) != 0) continue;
+        return &m;
+      }
+      return nullptr;
+    };
+    int64_t best = -1;
+    const TurnMark* mark = nullptr;
+    auto hinted = sessions_.find(spec.hint.session);
+    auto keyed = spec.hint.key.empty() ? keys_.end() : keys_.find(spec.owner + '\n' + spec.hint.key);
+    if (spec.hint.session >= 0 && hinted != sessions_.end()) {
+      const Entry& e = hinted->second;
+      if (e.owner == spec.owner && !e.busy && (mark = turn_of(e, spec.hint.end_token))) best = hinted->first;
+    } else if (keyed != keys_.end()) {
+      auto it = sessions_.find(keyed->second);
+      if (it != sessions_.end() && !it->second.busy && (mark = turn_of(it->second, -1))) best = it->first;
+      explicit_session = true;
+    } else {
+      for (const auto& [id, e] : sessions_) {
+        if (e.owner != spec.owner || e.busy || e.marks.empty()) continue;
+        const TurnMark* m = turn_of(e, -1);
+        if (!m) continue;
+        const bool latest = m == &e.marks.back() && e.tokens.size() == m->end;
+        if (best < 0 || latest) {
+          best = id;
+          mark = m;
+        }
+        if (latest) break;
+      }
+    }
+    if (best < 0) return std::nullopt;
+    const Entry& e = sessions_.at(best);
+    plan.source = best;
+    plan.version = e.version;
+    can_continue = mark == &e.marks.back() && e.tokens.size() == mark->end;
+    prompt_end = mark->prompt_end;
+    if (prompt_end == 0) return std::nullopt;
+    reply_tokens.assign(e.tokens.begin() + static_cast<std::ptrdiff_t>(prompt_end),
+                        e.tokens.begin() + static_cast<std::ptrdiff_t>(mark->end));
+    prev = e.tokens[prompt_end - 1];
+    reply_text = mark->reply;
+  }
+
+  // Keep the reply's tokens as far as they stand for the client's reply; tokenize the rest.
+  auto turn = AppendAfterReply(tok_, control_texts_, std::string_view(text).substr(0, prompt_size), prev,
+                               reply_tokens, reply_text, *a);
+  if (!turn) return std::nullopt;
+  plan.cut = prompt_end + turn->keep;
+  // A reply the client edited keeps the original branch (fork), unless the client named the session.
+  plan.in_place = explicit_session || (can_continue && turn->match.kind != ReplyMatch::Kind::kEdited);
+  plan.append = std::move(turn->tokens);
+  return plan;
+}
+
+ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
+  auto rendered = RenderText(spec);
+  if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
+  const std::string text = std::move(std::get<std::string>(rendered));
+  std::optional<AppendPlan> ap;
+  if (!spec.prompt) ap = PlanAppend(spec, text);
 
   // Choose the session under the lock, and mark it busy so no other turn picks it.
   enum class Plan { kNew, kContinue, kFork, kTruncate } plan = Plan::kNew;
   int64_t target = -1;
   size_t lcp = 0;
-  {
+  std::vector<int32_t> tokens;  // the turn's whole context
+  for (;;) {
+    if (!ap && tokens.empty()) tokens = Encode(spec, text);  // the whole rendering, outside the lock
+    const size_t context = ap ? ap->cut + ap->append.size() : tokens.size();
+    if (static_cast<int64_t>(context) >= engine_.max_context()) {
+      return ApiError{400, "invalid_request_error",
+                      "the context has " + std::to_string(context) + " tokens; this model's maximum context is " +
+                          std::to_string(engine_.max_context() - 1) + " tokens",
+                      spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    auto consider = [&](int64_t id, size_t limit) {
-      Entry& e = sessions_.at(id);
-      size_t n = CommonPrefix(e.tokens, limit, tokens);
-      return n;
-    };
-    const std::string key = spec.owner + '\n' + spec.hint.key;
-    auto kit = spec.hint.key.empty() ? keys_.end() : keys_.find(key);
-    if (spec.hint.session >= 0 && sessions_.count(spec.hint.session) &&
-        sessions_.at(spec.hint.session).owner == spec.owner && !sessions_.at(spec.hint.session).busy) {
-      target = spec.hint.session;
-      Entry& e = sessions_.at(target);
-      size_t limit = spec.hint.end_token >= 0 ? static_cast<size_t>(spec.hint.end_token) : e.tokens.size();
-      lcp = consider(target, limit);
-      plan = lcp == e.tokens.size() ? Plan::kContinue : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
-    } else if (kit != keys_.end() && sessions_.count(kit->second)) {
-      target = kit->second;
-      Entry& e = sessions_.at(target);
-      if (e.busy) {
-        return ApiError{409, "invalid_request_error", "session '" + spec.hint.key + "' has a turn in progress", "",
-                        "session_busy"};
+    if (ap) {  // append to the session holding the history, if it is still as planned
+      auto it = sessions_.find(ap->source);
+      if (it == sessions_.end() || it->second.version != ap->version || it->second.busy) {
+        ap.reset();
+        continue;
       }
-      lcp = consider(target, e.tokens.size());
-      plan = lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;  // an explicit session is rewritten
-    } else {
-      std::tie(target, lcp) = BestSessionLocked(spec.owner, tokens);
-      if (target >= 0) {
-        const Entry& e = sessions_.at(target);
-        plan = lcp == e.tokens.size() && lcp > 0 ? Plan::kContinue
-               : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+      const Entry& e = it->second;
+      target = ap->source;
+      lcp = ap->cut;
+      plan = !ap->in_place ? Plan::kFork : lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;
+      tokens.assign(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
+      tokens.insert(tokens.end(), ap->append.begin(), ap->append.end());
+    } else {  // the session sharing the longest token prefix
+      auto consider = [&](int64_t id, size_t limit) {
+        Entry& e = sessions_.at(id);
+        size_t n = CommonPrefix(e.tokens, limit, tokens);
+        return n;
+      };
+      const std::string key = spec.owner + '\n' + spec.hint.key;
+      auto kit = spec.hint.key.empty() ? keys_.end() : keys_.find(key);
+      if (spec.hint.session >= 0 && sessions_.count(spec.hint.session) &&
+          sessions_.at(spec.hint.session).owner == spec.owner && !sessions_.at(spec.hint.session).busy) {
+        target = spec.hint.session;
+        Entry& e = sessions_.at(target);
+        size_t limit = spec.hint.end_token >= 0 ? static_cast<size_t>(spec.hint.end_token) : e.tokens.size();
+        lcp = consider(target, limit);
+        plan = lcp == e.tokens.size() ? Plan::kContinue : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+      } else if (kit != keys_.end() && sessions_.count(kit->second)) {
+        target = kit->second;
+        Entry& e = sessions_.at(target);
+        if (e.busy) {
+          return ApiError{409, "invalid_request_error", "session '" + spec.hint.key + "' has a turn in progress", "",
+                          "session_busy"};
+        }
+        lcp = consider(target, e.tokens.size());
+        plan = lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;  // an explicit session is rewritten
+      } else {
+        std::tie(target, lcp) = BestSessionLocked(spec.owner, tokens);
+        if (target >= 0) {
+          const Entry& e = sessions_.at(target);
+          plan = lcp == e.tokens.size() && lcp > 0 ? Plan::kContinue
+                 : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+        }
       }
     }
     if (plan == Plan::kNew) lcp = 0;
     if (plan == Plan::kContinue || plan == Plan::kTruncate) sessions_.at(target).busy = true;
+    break;
   }
 
   StartedTurn st;
@@ -139,10 +259,19 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // The turn's rendering (unknown for a raw prompt), and the earlier turns whose text stays valid:
+    // the source's (fork) or its own, within the kept log.
+    std::string new_text = spec.prompt ? std::string() : text;
+    std::vector<TurnMark> marks;
+    if (target >= 0 && plan != Plan::kNew && sessions_.count(target)) marks = MarksWithin(sessions_.at(target), lcp, new_text);
     Entry& e = sessions_[id];
     e.owner = spec.owner;
     e.busy = true;
-    if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + lcp);
+    e.version++;
+    if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
+    if (plan == Plan::kTruncate) e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(lcp), lcp);
+    e.marks = std::move(marks);
+    e.text = std::move(new_text);
     if (!spec.hint.key.empty()) {
       keys_[spec.owner + '\n' + spec.hint.key] = id;
       e.key = spec.hint.key;
@@ -150,7 +279,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   }
   st.session = id;
   spec.request.session = id;
-  spec.request.append.assign(tokens.begin() + lcp, tokens.end());
+  spec.request.append.assign(tokens.begin() + static_cast<std::ptrdiff_t>(lcp), tokens.end());
   spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
   auto h = engine_.Submit(spec.request);
   if (!h.ok()) {
@@ -171,10 +300,14 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   const bool keep = r.finish_reason == "stop" || r.finish_reason == "length";
   std::vector<std::string> item_ids;
   std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
+  std::optional<int64_t> store_truncate;  // an earlier cut of the log that the store has not seen
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(t.session);
-    if (it != sessions_.end()) unstored = it->second.unstored_prefix;
+    if (it != sessions_.end()) {
+      unstored = it->second.unstored_prefix;
+      store_truncate = it->second.store_truncate;
+    }
   }
   std::vector<int32_t> commit_tokens;
   if (keep && store_) {
@@ -186,7 +319,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     c.session_id = t.session;
     c.create_session = t.new_session || !unstored.empty();
     c.owner = owner;
-    c.truncate_to = t.truncated_to;
+    if (!c.create_session && !t.fork_of) c.truncate_to = store_truncate;
     c.begin = r.log_begin;
     c.prompt_end = t.prompt_tokens;
     c.tokens = r.log_append;
@@ -208,8 +341,13 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   e.busy = false;
   if (keep) e.unstored_prefix.clear();
   if (keep) {
+    e.store_truncate.reset();
+    e.version++;
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
+    if (!e.text.empty() && t.prompt_tokens > r.log_begin) {  // a templated turn: remember where its reply is
+      e.marks.push_back(TurnMark{static_cast<size_t>(t.prompt_tokens), e.tokens.size(), e.text.size(), r.text});
+    }
   } else if (t.new_session || t.fork_of || !unstored.empty()) {  // nothing of it reached the store: forget it
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);

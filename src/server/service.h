@@ -1,7 +1,16 @@
-// The conversation service between the HTTP API and the engine: renders messages to tokens, finds
-// the session whose token log shares the longest prefix with them (continuing it, or forking it
-// copy-on-write at the point where they diverge), submits the new tokens as one turn, and commits
+// The conversation service between the HTTP API and the engine: turns a request into the session
+// that holds its conversation and the new tokens to append, submits them as one turn, and commits
 // finished turns to the store before their response completes.
+//
+// Finding the session. A chat request whose history ends with a reply this service generated
+// (previous_response_id and conversations name the session and the turn; stateless chat finds the
+// session whose last prompt renders exactly as the history before that reply) continues that
+// session's exact token log: the reply's generated tokens are kept as the model produced them,
+// and only the text after them is tokenized (turn_append.h). The conversation continues in the
+// same session, forking only when the history was really edited or it branches from an older
+// turn. Otherwise (first turns, raw prompts, sessions reloaded from the store, templates that are
+// not prefix-stable) the request is rendered and tokenized whole, and the session whose log shares
+// the longest token prefix is continued, or forked copy-on-write where they diverge.
 //
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
@@ -39,6 +48,7 @@ struct SessionHint {
   std::string key;             // client session key (X-Session-Id), or ""
   int64_t session = -1;        // engine session of a previous response / conversation, or -1
   int64_t end_token = -1;      // ... and the log length it ended at
+  int reply_message = -1;      // messages[reply_message] is that response's reply (-1: the last assistant message)
 };
 
 // Selective context (ConvKV) for one request: which turns of a long history the model still sees.
@@ -123,6 +133,18 @@ class Service {
 
  private:
   ApiResult<StartedTurn> StartRendered(TurnSpec spec);
+  // The rendering of spec.messages (with the generation prompt) or the raw prompt.
+  ApiResult<std::string> RenderText(const TurnSpec& spec) const;
+  std::vector<int32_t> Encode(const TurnSpec& spec, const std::string& text) const;
+  // How to append the request to the session holding its history up to the last reply, if any.
+  struct AppendPlan {
+    int64_t source = -1;        // the session
+    uint64_t version = 0;       // its Entry::version the plan was made for
+    bool in_place = false;      // continue the source itself (truncated to `cut`), else fork it there
+    size_t cut = 0;             // log tokens kept
+    std::vector<int32_t> append;  // the new turn's tokens after them
+  };
+  std::optional<AppendPlan> PlanAppend(const TurnSpec& spec, const std::string& text);
   // The owner's idle session sharing the longest prefix with tokens (-1 if none) and that prefix.
   std::pair<int64_t, size_t> BestSession(const std::string& owner, const std::vector<int32_t>& tokens);
   std::pair<int64_t, size_t> BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens);
@@ -130,13 +152,27 @@ class Service {
   Service(Engine& e, const Tokenizer& t, ChatTemplate ct, Store* s, ServiceConfig c)
       : engine_(e), tok_(t), template_(std::move(ct)), store_(s), config_(std::move(c)) {}
 
+  // A turn appended through the chat template: where its reply lies in the log and what the
+  // client got. The log [0, prompt_end) stands for Entry::text [0, text_end).
+  struct TurnMark {
+    size_t prompt_end = 0;  // log position of the reply's first token
+    size_t end = 0;         // log length after the turn
+    size_t text_end = 0;    // bytes of the rendering that the log before the reply stands for
+    std::string reply;      // the reply text the client got
+  };
   struct Entry {
     std::string owner;
     std::string key;              // client session key, "" if none
     std::vector<int32_t> tokens;  // mirror of the session's committed log
     bool busy = false;            // a turn runs on it
+    uint64_t version = 0;         // bumped whenever the log changes
     std::vector<int32_t> unstored_prefix;  // a composed session's log, not yet in the store
+    std::optional<int64_t> store_truncate;  // the engine's log was cut here; the store's not yet
+    std::string text;             // the rendering of the latest templated turn; "" when unknown
+    std::vector<TurnMark> marks;  // templated turns whose text is a prefix of `text`, in log order
   };
+  // The marks of `e` that stay valid when its log is cut to n tokens and its text becomes `text`.
+  static std::vector<TurnMark> MarksWithin(const Entry& e, size_t n, const std::string& text);
 
   Engine& engine_;
   const Tokenizer& tok_;
@@ -148,6 +184,8 @@ class Service {
   struct ContextState;
   std::mutex ctx_mu_;
   std::unordered_map<std::string, std::shared_ptr<ContextState>> context_;
+
+  std::vector<std::string> control_texts_;  // where tokenization restarts (turn_append.h)
 
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id
