@@ -20,7 +20,8 @@
 //   v0.3 moves the system prompt into the last user turn, so older turns change): re-render all.
 //   If a.reply_prefix + a.reply differs from g (e.g. the template strips the reply and the model
 //   ended with a newline), the log differs from a fresh rendering inside the reply: either accept
-//   that (the model sees its own tokens) or re-render all.
+//   that (the model sees its own tokens) or re-render all. mnemo serve accepts it, cutting only
+//   what the template does not render after the reply (src/server/turn_append.h).
 //   Otherwise append the tokens of a.tail. If the log already holds E (it was fed back to the
 //   model) and a.tail starts with E's text, drop that text from a.tail first.
 //   Token-level rule (SentencePiece "llama" vocab; asserted in tests/chat/chat_tokens_test.cpp):
