@@ -45,17 +45,13 @@ void PrintStats(Engine& e, SessionId s) {
 }
 
 int RunChat(const ChatFlags& f) {
-  auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
-  if (!rt.ok()) {
-    std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
+  auto started = StartEngine(f.model, f.tokenizer, f.runtime, f.engine);
+  if (!started.ok()) {
+    std::fprintf(stderr, "error: %s\n", started.error().message.c_str());
     return 1;
   }
-  auto engine = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(f.engine, rt->kv_dtype));
-  if (!engine.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
-    return 1;
-  }
-  Engine& e = **engine;
+  Runtime& rt = started->rt;
+  Engine& e = *started->engine;
   SessionId s = e.CreateSession();
   bool first = true;
   std::fprintf(stderr, "mnemo chat: type a message; /stats, /reset, /quit\n");
@@ -78,7 +74,7 @@ int RunChat(const ChatFlags& f) {
     }
     TurnRequest req;
     req.session = s;
-    req.append = rt->tokenizer->Encode(RenderTurn(f.system, line, first), /*add_special=*/first);
+    req.append = rt.tokenizer->Encode(RenderTurn(f.system, line, first), /*add_special=*/first);
     req.max_tokens = f.max_tokens;
     req.sampling = f.sampling;
     req.stop = {"\nUser:"};

@@ -30,16 +30,12 @@ int RunServe(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
-  if (!rt.ok()) {
-    std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
+  auto started = StartEngine(f.model, f.tokenizer, f.runtime, f.engine);
+  if (!started.ok()) {
+    std::fprintf(stderr, "error: %s\n", started.error().message.c_str());
     return 1;
   }
-  auto engine = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(f.engine, rt->kv_dtype));
-  if (!engine.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
-    return 1;
-  }
+  Runtime& rt = started->rt;
   // Without --db the store lives in a temporary file: the API works, nothing survives a restart.
   std::string db = f.db;
   bool temp_db = db.empty();
@@ -49,11 +45,11 @@ int RunServe(ServeFlags& f) {
     std::fprintf(stderr, "error: %s\n", store.error().message.c_str());
     return 1;
   }
-  const Vocab& vocab = rt->file->vocab();
+  const Vocab& vocab = rt.file->vocab();
   ChatTemplate tmpl = ChatTemplate::Fallback();
   if (!vocab.chat_template.empty()) {
-    auto t = ChatTemplate::Create(vocab.chat_template, vocab.bos >= 0 ? rt->tokenizer->TokenText(vocab.bos) : "",
-                                  vocab.eos >= 0 ? rt->tokenizer->TokenText(vocab.eos) : "");
+    auto t = ChatTemplate::Create(vocab.chat_template, vocab.bos >= 0 ? rt.tokenizer->TokenText(vocab.bos) : "",
+                                  vocab.eos >= 0 ? rt.tokenizer->TokenText(vocab.eos) : "");
     if (t.ok()) {
       tmpl = std::move(t.value());
     } else {
@@ -65,13 +61,13 @@ int RunServe(ServeFlags& f) {
   sc.model_name = f.model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.model_name;
   sc.default_context = f.context;
   // Selective context embeds turns with the model's own token embeddings (no extra model pass).
-  const TensorRef emb = rt->file->weights().tok_embd;
+  const TensorRef emb = rt.file->weights().tok_embd;
   sc.embed_dim = static_cast<int>(emb.cols);
   sc.embed = [emb](int32_t token, float* out) {
     const size_t row = DTypeBytes(emb.dtype, emb.cols);
     ToF32(emb.dtype, static_cast<const uint8_t*>(emb.data) + row * token, out, emb.cols);
   };
-  auto service = Service::Create(**engine, *rt->tokenizer, std::move(tmpl), store->get(), sc);
+  auto service = Service::Create(*started->engine, *rt.tokenizer, std::move(tmpl), store->get(), sc);
   if (!service.ok()) {
     std::fprintf(stderr, "error: %s\n", service.error().message.c_str());
     return 1;
@@ -91,7 +87,7 @@ int RunServe(ServeFlags& f) {
   std::fprintf(stderr, "mnemo: signal %d, shutting down\n", sig);
   server.Stop();
   service->reset();
-  engine->reset();  // finishes running turns as cancelled and writes the KV to the disk tier
+  started->engine.reset();  // finishes running turns as cancelled and writes the KV to the disk tier
   store->reset();
   if (temp_db) {
     std::filesystem::remove(db);

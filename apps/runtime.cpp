@@ -78,6 +78,15 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   return c;
 }
 
+Result<EngineRuntime> StartEngine(const std::string& model_path, const std::string& tokenizer_path,
+                                  const RuntimeFlags& runtime, const EngineFlags& engine) {
+  auto rt = LoadRuntime(model_path, tokenizer_path, runtime);
+  if (!rt.ok()) return rt.error();
+  auto e = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(engine, rt->kv_dtype));
+  if (!e.ok()) return e.error();
+  return EngineRuntime{std::move(rt.value()), std::move(e.value())};
+}
+
 Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& tokenizer_path,
                             const RuntimeFlags& flags) {
   SetNumThreads(flags.threads);

@@ -28,4 +28,13 @@ Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& to
 // The engine configuration the flags describe, for a runtime's KV dtype.
 EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype);
 
+// A runtime with an engine running on it (chat, serve). The engine is declared last, so it stops
+// before the model and tokenizer it uses go away.
+struct EngineRuntime {
+  Runtime rt;
+  std::unique_ptr<Engine> engine;
+};
+Result<EngineRuntime> StartEngine(const std::string& model_path, const std::string& tokenizer_path,
+                                  const RuntimeFlags& runtime, const EngineFlags& engine);
+
 }  // namespace mnemo::app
