@@ -66,16 +66,21 @@ void CacheManager::FreeData(ChunkRec& c) {
   c.block = -1;
 }
 
-void CacheManager::Unref(int32_t id) {
+void CacheManager::MaybeRecycle(int32_t id) {
   ChunkRec& c = recs_[id];
-  MNEMO_CHECK(c.refs > 0);
-  if (--c.refs > 0) return;
-  if (c.op != 0) return;  // freed when the copy in flight ends
+  if (c.refs > 0 || c.op != 0 || c.readers > 0) return;  // still held, or a transfer in flight uses it
   FreeData(c);
   free_recs_.push_back(id);
 }
 
+void CacheManager::Unref(int32_t id) {
+  MNEMO_CHECK(recs_[id].refs > 0);
+  recs_[id].refs--;
+  MaybeRecycle(id);
+}
+
 void CacheManager::Touch(SessionRec& s, double now) {
+  clock_ = std::max(clock_, now);
   s.last_active = now;
   for (int32_t id : s.chunks) recs_[id].last_active = std::max(recs_[id].last_active, now);
 }
@@ -95,54 +100,60 @@ void CacheManager::RemoveSession(SessionId s) {
 
 std::optional<TransferOp> CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) {
   SessionRec& a = sessions_.at(src);
-  MNEMO_CHECK(!a.acquired && !HasSession(dst) && n_tokens <= a.kv_tokens);
+  MNEMO_CHECK(!a.acquired && !HasSession(dst) && n_tokens >= 0 && n_tokens <= a.kv_tokens);
   SessionRec& b = sessions_[dst];
   const int full = n_tokens / kBlockTokens;
   for (int i = 0; i < full; i++) {
     b.chunks.push_back(a.chunks[i]);
     recs_[a.chunks[i]].refs++;
   }
-  std::optional<TransferOp> copy;
-  if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: copied now, or recomputed
-    const ChunkRec& from = recs_[a.chunks[full]];
-    int32_t id = NewRec(full * kBlockTokens);
-    recs_[id].length = n_tokens % kBlockTokens;
-    if ((from.tier == Tier::kT0 || from.tier == Tier::kT1) && from.op == 0) {
-      int32_t blk = t0_.Allocate();
-      if (blk >= 0) {
-        copy = TransferOp{0, from.tier, from.block, Tier::kT0, blk, dst, full};
-        recs_[id].tier = Tier::kT0;
-        recs_[id].block = blk;
-      }
-    }
-    b.chunks.push_back(id);
-  }
   b.kv_tokens = n_tokens;
   Touch(b, now);
+  std::optional<TransferOp> copy;
+  if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: a copy of src's, or recomputed
+    const int32_t from = a.chunks[full];
+    const int32_t id = NewRec(full * kBlockTokens);
+    recs_[id].length = n_tokens % kBlockTokens;
+    recs_[id].last_active = now;
+    b.chunks.push_back(id);
+    copy = CopyChunk(from, id, dst, full, /*sync_ok=*/true, now);
+  }
   return copy;
 }
 
-void CacheManager::Truncate(SessionId s, int n_tokens) {
+void CacheManager::Truncate(SessionId s, int n_tokens, double now) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired && n_tokens >= 0);
+  clock_ = std::max(clock_, now);
   n_tokens = std::min(n_tokens, S.kv_tokens);
   while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= n_tokens) {
     Unref(S.chunks.back());
     S.chunks.pop_back();
   }
-  if (!S.chunks.empty() && n_tokens % kBlockTokens && recs_[S.chunks.back()].refs > 1) {
-    Unref(S.chunks.back());
-    S.chunks.back() = NewRec(recs_[S.chunks.back()].begin);
-  }
   S.kv_tokens = n_tokens;
+  UnshareLast(s, S, now);
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, n_tokens - recs_[id].begin);
+}
+
+void CacheManager::UnshareLast(SessionId s, SessionRec& S, double now) {
+  if (S.chunks.empty() || S.kv_tokens % kBlockTokens == 0) return;
+  const int chunk = static_cast<int>(S.chunks.size()) - 1;
+  const int32_t shared = S.chunks[chunk];
+  if (recs_[shared].refs <= 1) return;
+  MNEMO_CHECK(recs_[shared].begin + kBlockTokens > S.kv_tokens);
+  const int32_t own = NewRec(recs_[shared].begin);
+  recs_[own].length = S.kv_tokens - recs_[own].begin;
+  recs_[own].last_active = std::max(S.last_active, recs_[shared].last_active);
+  S.chunks[chunk] = own;
+  CopyChunk(shared, own, s, chunk, /*sync_ok=*/false, now);
+  Unref(shared);
 }
 
 void CacheManager::Invalidate(SessionId s, int chunk) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired && chunk >= 0 && chunk < static_cast<int>(S.chunks.size()));
   int32_t& id = S.chunks[chunk];
-  if (recs_[id].refs > 1 || recs_[id].op != 0) {  // shared or moving: give s a fresh record
+  if (recs_[id].refs > 1 || recs_[id].op != 0 || recs_[id].readers > 0) {  // shared or in a transfer: a fresh record
     const int begin = recs_[id].begin, length = recs_[id].length;
     Unref(id);
     id = NewRec(begin);
@@ -168,9 +179,13 @@ void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(chunk < static_cast<int>(S.chunks.size()));
   ChunkRec& c = recs_[S.chunks[chunk]];
-  MNEMO_CHECK(c.tier == Tier::kNone && pool(tier).Take(block));
+  MNEMO_CHECK(c.tier == Tier::kNone && c.op == 0 && pool(tier).Take(block));
   c.tier = tier;
   c.block = block;
+  if (tier == Tier::kT2) {
+    c.disk_session = s;
+    c.disk_chunk = chunk;
+  }
 }
 
 std::vector<Tier> CacheManager::Residency(SessionId s) const {
@@ -207,7 +222,22 @@ uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool qu
   op.src_block = c.block;
   op.dst = dst;
   op.dst_block = dst_block;
-  for (const auto& [sid, S] : sessions_) {  // name an owner for disk headers
+  NameOwner(op, rec);
+  c.op = op.id;
+  in_flight_[op.id] = InFlight{op, rec};
+  CountOp(op);
+  if (queue) queued_.push_back(op);
+  return op.id;
+}
+
+void CacheManager::NameOwner(TransferOp& op, int32_t rec) {
+  ChunkRec& c = recs_[rec];
+  if (op.src == Tier::kT2 && c.disk_session >= 0) {
+    op.session = c.disk_session;
+    op.chunk = c.disk_chunk;
+    return;
+  }
+  for (const auto& [sid, S] : sessions_) {
     auto it = std::find(S.chunks.begin(), S.chunks.end(), rec);
     if (it != S.chunks.end()) {
       op.session = sid;
@@ -215,21 +245,77 @@ uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool qu
       break;
     }
   }
-  c.op = op.id;
-  in_flight_[op.id] = InFlight{op, rec};
-  if (op.src == Tier::kT0 && dst != Tier::kT0) stats_.swap_outs++;
-  if (op.src == Tier::kT1 && dst == Tier::kT0) stats_.swap_ins++;
-  if (dst == Tier::kT2) stats_.disk_writes++;
+  if (op.dst == Tier::kT2) {
+    c.disk_session = op.session;
+    c.disk_chunk = op.chunk;
+  }
+}
+
+void CacheManager::CountOp(const TransferOp& op) {
+  if (op.src == Tier::kT0 && op.dst != Tier::kT0) stats_.swap_outs++;
+  if (op.src == Tier::kT1 && op.dst == Tier::kT0) stats_.swap_ins++;
+  if (op.dst == Tier::kT2) stats_.disk_writes++;
   if (op.src == Tier::kT2) stats_.disk_reads++;
-  if (queue) queued_.push_back(op);
-  return op.id;
+}
+
+std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, SessionId owner, int chunk,
+                                                  bool sync_ok, double now) {
+  MNEMO_CHECK(recs_[to].tier == Tier::kNone && recs_[to].op == 0);
+  const Tier src = recs_[from].tier;
+  if (src == Tier::kNone) return std::nullopt;  // no KV to copy: recomputed in any case
+  // A background copy needs a source that stays where it is until the copy lands: no transfer in
+  // flight, or a demotion out of T0 that can be revived (its result discarded, the T0 copy kept).
+  // A synchronous one reads the source now, which is valid until any transfer moving it is done.
+  const uint64_t moving = recs_[from].op;
+  const bool revive = moving != 0 && src == Tier::kT0 && in_flight_.at(moving).op.dst != Tier::kT0;
+  const bool stable = moving == 0 || revive;
+  const bool sync = sync_ok && (src == Tier::kT0 || src == Tier::kT1);
+  if (stable || sync) {
+    recs_[from].readers++;  // not a victim while room is made
+    Tier dst = Tier::kT0;
+    int32_t b = t0_.Allocate();
+    if (b < 0 && EvictFromT0(1, now) > 0) b = t0_.Allocate();
+    if (b < 0 && stable && config_.t1_blocks > 0) {
+      dst = Tier::kT1;
+      b = AllocateIn(Tier::kT1, now);
+    }
+    if (b < 0 && stable && config_.t2_blocks > 0 && src != Tier::kT2) {
+      dst = Tier::kT2;
+      b = AllocateIn(Tier::kT2, now);
+    }
+    recs_[from].readers--;
+    if (b >= 0 && dst == Tier::kT0 && sync) {  // the caller copies now
+      stats_.cow_copies++;
+      recs_[to].tier = Tier::kT0;
+      recs_[to].block = b;
+      return TransferOp{0, src, recs_[from].block, Tier::kT0, b, owner, chunk};
+    }
+    if (b >= 0) {  // a background copy; `to` gets the block when it lands
+      stats_.cow_copies++;
+      if (revive) recs_[from].revived = true;
+      recs_[from].readers++;
+      TransferOp op{next_op_++, src, recs_[from].block, dst, b, owner, chunk};
+      if (src == Tier::kT2) NameOwner(op, from);  // the slot's header names from's owner
+      if (dst == Tier::kT2) {
+        recs_[to].disk_session = owner;
+        recs_[to].disk_chunk = chunk;
+      }
+      recs_[to].op = op.id;
+      in_flight_[op.id] = InFlight{op, to, from};
+      CountOp(op);
+      queued_.push_back(op);
+      return std::nullopt;
+    }
+  }
+  stats_.cow_recomputes++;
+  return std::nullopt;
 }
 
 std::vector<int32_t> CacheManager::Victims(Tier t, double now, size_t max_n) {
   std::vector<std::pair<std::pair<double, double>, int32_t>> cands;
   for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
     const ChunkRec& c = recs_[id];
-    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0) continue;
+    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
     EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1),
                         std::max(0.0, now - c.last_active), c.last_active};
     cands.push_back({policy_->Key(e), id});
@@ -302,6 +388,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
     ChunkRec& c = recs_[id];
     already_pinned += c.pins > 0;
     if (c.tier != Tier::kT0) need_blocks++;
+    if (c.readers > 0) wait = true;  // a copy reads it (e.g. for a fork): let it land first
     if (c.op != 0) {
       // A demotion out of T0 can be revived; loads and spills must land first.
       if (!(c.tier == Tier::kT0 && in_flight_.at(c.op).op.dst != Tier::kT0)) wait = true;
@@ -313,7 +400,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
   for (int32_t id : S.chunks) recs_[id].pins++;
   for (int32_t id : S.chunks) {  // bring disk chunks up: straight to T0 if there is room, else T1
     ChunkRec& c = recs_[id];
-    if (c.tier != Tier::kT2 || c.op != 0) continue;
+    if (c.tier != Tier::kT2 || c.op != 0 || c.readers > 0) continue;
     wait = true;
     Tier dst = Tier::kT0;
     int32_t b = t0_.Allocate();
@@ -407,7 +494,7 @@ void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
   SessionRec& S = sessions_.at(s);
   for (int32_t id : S.chunks) {
     ChunkRec& c = recs_[id];
-    if (c.tier != Tier::kT0 || c.pins > 0 || c.op != 0) continue;
+    if (c.tier != Tier::kT0 || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
     stats_.evictions[0]++;
     int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
     if (b < 0 && config_.t2_blocks > 0) {
@@ -427,6 +514,7 @@ void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
 }
 
 void CacheManager::Maintain(int32_t free_target, double now) {
+  clock_ = std::max(clock_, now);
   int pending = 0;
   for (const auto& [id, f] : in_flight_) {
     pending += f.op.src == Tier::kT0 && f.op.dst != Tier::kT0 && !recs_[f.rec].revived;
@@ -457,9 +545,25 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
   MNEMO_CHECK(it != in_flight_.end());
   const TransferOp op = it->second.op;
   const int32_t id = it->second.rec;
+  const int32_t copy_of = it->second.copy_of;
   in_flight_.erase(it);
   ChunkRec& c = recs_[id];
   c.op = 0;
+  if (copy_of >= 0) {  // a copy-on-write copy: the source keeps its data, `id` gets the new block
+    recs_[copy_of].readers--;
+    if (ok) {
+      c.tier = op.dst;
+      c.block = op.dst_block;
+      c.from_disk = op.src == Tier::kT2;
+    } else {
+      pool(op.dst).Free(op.dst_block);
+      stats_.failed_reads += op.src == Tier::kT2;
+      stats_.cow_recomputes++;
+    }
+    MaybeRecycle(copy_of);
+    MaybeRecycle(id);
+    return;
+  }
   if (c.revived) {  // a demotion whose source is in use again: keep the source
     c.revived = false;
     pool(op.dst).Free(op.dst_block);
@@ -480,17 +584,16 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
       }
     }
   }
-  if (c.refs == 0) {
-    FreeData(c);
-    free_recs_.push_back(id);
-  }
+  MaybeRecycle(id);
 }
 
 void CacheManager::PlanFlushToDisk() {
   if (config_.t2_blocks == 0) return;
   for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
     ChunkRec& c = recs_[id];
-    if (c.refs == 0 || c.pins > 0 || c.op != 0 || (c.tier != Tier::kT0 && c.tier != Tier::kT1)) continue;
+    if (c.refs == 0 || c.pins > 0 || c.op != 0 || c.readers > 0 || (c.tier != Tier::kT0 && c.tier != Tier::kT1)) {
+      continue;
+    }
     int32_t b = t2_.Allocate();
     if (b < 0) return;
     StartOp(id, Tier::kT2, b, true);
@@ -498,13 +601,37 @@ void CacheManager::PlanFlushToDisk() {
 }
 
 bool CacheManager::CheckInvariants() const {
+  // Every block of every tier is owned exactly once: by the record whose data it holds, or by the
+  // transfer in flight that fills it.
   std::vector<int> owners[3] = {std::vector<int>(config_.t0_blocks), std::vector<int>(config_.t1_blocks),
                                 std::vector<int>(config_.t2_blocks)};
-  for (const ChunkRec& c : recs_) {
-    if (c.refs == 0 && c.op == 0) continue;
+  std::vector<bool> recycled(recs_.size(), false);
+  for (int32_t id : free_recs_) recycled[id] = true;
+  for (size_t id = 0; id < recs_.size(); id++) {
+    const ChunkRec& c = recs_[id];
+    const bool live = c.refs > 0 || c.op != 0 || c.readers > 0;
+    if (live == recycled[id]) return false;  // a record is in use or on the free list, never both or neither
+    if (!live) continue;
     if (c.tier != Tier::kNone) owners[static_cast<int>(c.tier)][c.block]++;
+    if (c.refs > 1 && c.length != kBlockTokens) return false;  // only full chunks are shared
   }
-  for (const auto& [opid, f] : in_flight_) owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
+  std::vector<int> readers(recs_.size(), 0);
+  for (const auto& [opid, f] : in_flight_) {
+    owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
+    const ChunkRec& c = recs_[f.rec];
+    if (c.op != opid) return false;
+    if (f.copy_of >= 0) {  // a copy fills an empty record from a source that stays put
+      const ChunkRec& from = recs_[f.copy_of];
+      readers[f.copy_of]++;
+      if (c.tier != Tier::kNone || from.tier != f.op.src || from.block != f.op.src_block) return false;
+      if (from.op != 0 && !from.revived) return false;
+    } else if (c.tier != f.op.src || c.block != f.op.src_block) {  // a move reads its record's block
+      return false;
+    }
+  }
+  for (size_t id = 0; id < recs_.size(); id++) {
+    if (readers[id] != recs_[id].readers) return false;
+  }
   const BlockAllocator* pools[3] = {&t0_, &t1_, &t2_};
   for (int t = 0; t < 3; t++) {
     for (int32_t b = 0; b < pools[t]->capacity(); b++) {
@@ -513,10 +640,14 @@ bool CacheManager::CheckInvariants() const {
     }
   }
   for (const auto& [sid, S] : sessions_) {
-    for (int32_t id : S.chunks) {
-      if (recs_[id].refs <= 0) return false;
-      if (S.acquired && recs_[id].pins <= 0) return false;
+    if (static_cast<int>(S.chunks.size()) != ChunksFor(S.kv_tokens) && !S.acquired) return false;
+    for (size_t i = 0; i < S.chunks.size(); i++) {
+      const ChunkRec& c = recs_[S.chunks[i]];
+      if (c.refs <= 0 || c.begin != static_cast<int>(i) * kBlockTokens) return false;
+      if (S.acquired && c.pins <= 0) return false;
     }
+    // Copy-on-write: the chunk a session writes into next (its partial last one) is its own.
+    if (!S.acquired && S.kv_tokens % kBlockTokens != 0 && recs_[S.chunks.back()].refs != 1) return false;
   }
   return true;
 }

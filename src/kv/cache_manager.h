@@ -57,6 +57,9 @@ struct CacheStats {
   int64_t disk_writes = 0;           // copies into T2
   int64_t disk_reads = 0;            // copies out of T2
   int64_t failed_reads = 0;          // copies that failed (corrupt or missing data): recomputed
+  int64_t cow_copies = 0;            // partial chunks copied for Fork/Truncate/Release (copy-on-write)
+  int64_t cow_recomputes = 0;        // partial chunks whose KV existed but could not be copied (no block
+                                     // could be had, or a copy failed): recomputed when next needed
 };
 
 class CacheManager {
@@ -81,14 +84,24 @@ class CacheManager {
   // flight ends).
   void RemoveSession(SessionId s);
   // dst (new) shares src's full chunks below n_tokens (copy-on-write: a shared chunk is never
-  // written, since writes only go to a session's partial last chunk or beyond). A partial chunk
-  // at n_tokens is not shared: when src's copy is in T0 or T1 and a T0 block is free, dst gets
-  // that block and the returned op names the copy the caller must make now (synchronously);
-  // otherwise dst recomputes it. src must not be acquired.
+  // written, since writes only go to a session's partial last chunk or beyond, and a session's
+  // partial last chunk is never shared). A partial chunk at n_tokens is dst's own copy of src's:
+  //  - when src's copy is in T0 or T1 and a T0 block can be had now (free, or freed at once by
+  //    evicting by the policy), dst gets that block and the returned op names the copy the caller
+  //    must make now (synchronously, before anything else touches the cache);
+  //  - otherwise the copy is planned as a background transfer (TakeTransfers) into a block of T0,
+  //    T1 or T2 (AllocateIn evicts by the policy there), and dst's next Acquire waits for it;
+  //  - only when no block can be had, or src's chunk is moving between tiers in a way that cannot
+  //    be waited out, does dst recompute it (counted in stats().cow_recomputes).
+  // src must not be acquired.
   std::optional<TransferOp> Fork(SessionId src, SessionId dst, int n_tokens, double now);
   // Drops s's KV past n_tokens (s not acquired). A shared chunk left partial is unshared (its
-  // owner would write into it next): s then recomputes that chunk.
-  void Truncate(SessionId s, int n_tokens);
+  // owner will write into it next): s gets its own copy of the kept positions, planned as a
+  // background transfer (TakeTransfers; s's next Acquire waits for it), or recomputes the chunk
+  // when that cannot be done (as for Fork). `now` is the clock for eviction; the overload without
+  // it uses the latest time the cache manager has seen.
+  void Truncate(SessionId s, int n_tokens, double now);
+  void Truncate(SessionId s, int n_tokens) { Truncate(s, n_tokens, clock_); }
   // Forgets the KV of chunk `chunk` of s (s not acquired): it is recomputed when next needed.
   void Invalidate(SessionId s, int chunk);
   // Declares that s has n_tokens positions whose KV can be rebuilt from its raw tokens (e.g. a
@@ -119,7 +132,9 @@ class CacheManager {
   // `table`. May use the reserve. False when no block can be had now (the caller suspends a
   // running request and retries).
   bool Grow(SessionId s, int n_tokens, std::vector<int32_t>* table);
-  // Unpins s. kv_tokens positions now hold valid KV (blocks past them are freed).
+  // Unpins s. kv_tokens positions now hold valid KV (blocks past them are freed). kv_tokens may
+  // end inside a shared chunk that s was recomputing when it stopped (a suspension): s keeps the
+  // positions it computed in a chunk of its own, and the other owners recompute that chunk.
   void Release(SessionId s, int kv_tokens, double now);
   // Unpins s and demotes all its T0 chunks (to free T0 for others).
   void Suspend(SessionId s, int kv_tokens, double now);
@@ -155,9 +170,13 @@ class CacheManager {
     int refs = 0;             // sessions that hold this chunk
     int pins = 0;             // acquired sessions that hold it
     double last_active = 0;   // latest activity of any owner
-    uint64_t op = 0;          // in-flight copy moving this chunk, 0 if none
+    uint64_t op = 0;          // in-flight transfer moving this chunk or filling it (a copy), 0 if none
+    int readers = 0;          // in-flight copies reading this chunk's block: it neither moves nor is freed
     bool revived = false;     // an in-flight demotion whose result will be discarded
     bool from_disk = false;   // came up from T2 and not yet counted as a disk hit
+    bool filling = false;     // acquired with no KV (tier kNone): its owner is recomputing it
+    SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
+    int disk_chunk = -1;
   };
   struct SessionRec {
     std::vector<int32_t> chunks;  // chunk record ids by chunk index
@@ -167,13 +186,17 @@ class CacheManager {
   };
   struct InFlight {
     TransferOp op;
-    int32_t rec;  // chunk record moved
+    int32_t rec;          // chunk record moved, or filled by a copy
+    int32_t copy_of = -1; // a copy: the record read (its data stays where it is); -1: a move
   };
 
   BlockAllocator& pool(Tier t);
   int32_t NewRec(int begin);
   void Unref(int32_t rec);
   void FreeData(ChunkRec& c);
+  // Returns the record to the free list when nothing refers to it any more (no owner, no transfer
+  // moving or filling it, no copy reading it).
+  void MaybeRecycle(int32_t rec);
   void Touch(SessionRec& s, double now);
   // Frees T0 blocks now or soon: demotes up to n unpinned T0 chunks. Returns blocks freed now.
   int EvictFromT0(int n, double now);
@@ -182,6 +205,18 @@ class CacheManager {
   // Unpinned chunks resident in t with no copy in flight, lowest policy key first.
   std::vector<int32_t> Victims(Tier t, double now, size_t max_n);
   uint64_t StartOp(int32_t rec, Tier dst, int32_t dst_block, bool queue);
+  // Names in op the owner (session, chunk) of rec for disk-tier headers: for a read from T2 the
+  // owner its slot was written for, else any owner. For a write to T2, remembers the name.
+  void NameOwner(TransferOp& op, int32_t rec);
+  void CountOp(const TransferOp& op);
+  // Copy-on-write: gives record `to` (owner's chunk `chunk`, no data yet) a copy of record
+  // `from`'s KV. With sync_ok, a copy from T0/T1 into a T0 block that is free now is returned for
+  // the caller to make at once; otherwise a background copy is queued and `to` waits for it.
+  // Returns nothing, leaving `to` empty (recomputed), when no block can be had.
+  std::optional<TransferOp> CopyChunk(int32_t from, int32_t to, SessionId owner, int chunk, bool sync_ok,
+                                      double now);
+  // Gives s its own record for its partial last chunk when that chunk is shared.
+  void UnshareLast(SessionId s, SessionRec& S, double now);
   int PinnedT0Blocks() const;
 
   CacheConfig config_;
@@ -194,6 +229,7 @@ class CacheManager {
   std::unordered_map<uint64_t, InFlight> in_flight_;
   std::vector<TransferOp> queued_;
   uint64_t next_op_ = 1;
+  double clock_ = 0;  // latest `now` seen (for verbs called without one)
   CacheStats stats_;
 };
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <map>
+
 #include "base/rng.h"
 
 namespace mnemo {
@@ -227,6 +231,205 @@ TEST(CacheManager, ForkSharesFullChunks) {
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
+// Fork with T0 full and no lower tier: a chunk chosen by the policy is dropped to make room, and
+// the fork's partial chunk is copied at once instead of being recomputed.
+TEST(CacheManager, ForkWithAFullComputeTierEvictsToKeepThePartialChunk) {
+  CacheManager cm({8, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 80, 0, &a), Admission::kOk);
+  cm.Release(1, 80, 0);
+  cm.AddSession(2, 1);
+  ASSERT_EQ(Turn(cm, 2, 5 * 32, 1), Admission::kOk);
+  ASSERT_EQ(cm.used_blocks(Tier::kT0), 8);
+  auto copy = cm.Fork(1, 3, 80, 10);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->src, Tier::kT0);
+  EXPECT_EQ(copy->src_block, a.block_table[2]);
+  EXPECT_EQ(copy->dst, Tier::kT0);
+  EXPECT_EQ(cm.stats().drops, 1);  // session 2's leading chunk (idle longest) made room
+  EXPECT_EQ(cm.Residency(2)[0], Tier::kNone);
+  EXPECT_EQ(cm.stats().cow_copies, 1);
+  EXPECT_EQ(cm.stats().cow_recomputes, 0);
+  EXPECT_TRUE(cm.CheckInvariants());
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(3, 90, 11, &b), Admission::kOk);
+  EXPECT_TRUE(b.recompute.empty());
+  EXPECT_EQ(b.hit_tokens[0], 80);
+  EXPECT_EQ(b.block_table[2], copy->dst_block);
+  cm.Release(3, 90, 12);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Fork with T0 full and a host tier: T0 room is being made (a demotion), and meanwhile the
+// partial chunk is copied into T1 in the background; the fork's first turn waits for it and
+// swaps it in.
+TEST(CacheManager, ForkWithAFullComputeTierCopiesThePartialChunkIntoTheHostTier) {
+  CacheManager cm({8, 8, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 80, 0, &a), Admission::kOk);
+  cm.Release(1, 80, 0);
+  cm.AddSession(2, 1);
+  ASSERT_EQ(Turn(cm, 2, 5 * 32, 1), Admission::kOk);
+  ASSERT_EQ(cm.used_blocks(Tier::kT0), 8);
+  EXPECT_FALSE(cm.Fork(1, 3, 80, 10).has_value());
+  EXPECT_EQ(cm.stats().cow_copies, 1);
+  EXPECT_EQ(cm.stats().cow_recomputes, 0);
+  auto ops = cm.TakeTransfers();
+  const TransferOp* copy = nullptr;
+  for (const auto& op : ops) {
+    if (op.session == 3) copy = &op;
+  }
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->src, Tier::kT0);
+  EXPECT_EQ(copy->src_block, a.block_table[2]);
+  EXPECT_EQ(copy->dst, Tier::kT1);
+  EXPECT_EQ(copy->chunk, 2);
+  CacheManager::Acquired b;
+  EXPECT_EQ(cm.Acquire(3, 90, 11, &b), Admission::kLater);  // the copy has not landed
+  EXPECT_EQ(cm.Acquire(1, 90, 11, &b), Admission::kLater);  // nor may the source move or be written
+  EXPECT_TRUE(cm.CheckInvariants());
+  for (const auto& op : ops) cm.OnTransferDone(op.id, true);
+  EXPECT_EQ(cm.Residency(3)[2], Tier::kT1);
+  ASSERT_EQ(cm.Acquire(3, 90, 11, &b), Admission::kOk);
+  EXPECT_TRUE(b.recompute.empty());
+  EXPECT_EQ(b.hit_tokens[0], 64);
+  EXPECT_EQ(b.hit_tokens[1], 16);
+  ASSERT_EQ(b.swap_ins.size(), 1u);
+  EXPECT_EQ(b.swap_ins[0].src_block, copy->dst_block);
+  for (const auto& op : b.swap_ins) cm.OnTransferDone(op.id, true);
+  cm.Release(3, 90, 12);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// A fork whose partial chunk is on disk gets its own copy read up from the slot (named for the
+// owner the slot was written for); the fork's turn counts it as a disk hit. Shared chunks read
+// from disk also name the slot's writer, whichever owner brings them up.
+TEST(CacheManager, ForkCopiesAPartialChunkUpFromTheDiskTier) {
+  CacheManager cm({8, 2, 8, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  for (int c = 0; c < 3; c++) cm.RestoreChunk(1, c, Tier::kT2, c, 80);
+  EXPECT_FALSE(cm.Fork(1, 3, 80, 1).has_value());
+  auto ops = cm.TakeTransfers();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].src, Tier::kT2);
+  EXPECT_EQ(ops[0].src_block, 2);
+  EXPECT_EQ(ops[0].dst, Tier::kT0);
+  EXPECT_EQ(ops[0].session, 1);
+  EXPECT_EQ(ops[0].chunk, 2);
+  cm.OnTransferDone(ops[0].id, true);
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(3, 90, 2, &b), Admission::kLater);  // the shared chunks come up from disk
+  for (const auto& op : cm.TakeTransfers()) {
+    EXPECT_EQ(op.session, 1);
+    cm.OnTransferDone(op.id, true);
+  }
+  ASSERT_EQ(cm.Acquire(3, 90, 2, &b), Admission::kOk);
+  EXPECT_TRUE(b.recompute.empty());
+  EXPECT_EQ(b.hit_tokens[2], 80);
+  EXPECT_EQ(cm.stats().cow_copies, 1);
+  cm.Release(3, 90, 3);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Only when nothing can be evicted (everything else is pinned, no lower tier) is the partial
+// chunk recomputed, and that is counted.
+TEST(CacheManager, ForkRecomputesThePartialChunkOnlyWhenNothingCanBeEvicted) {
+  CacheManager cm({8, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 16, 0), Admission::kOk);
+  cm.AddSession(2, 1);
+  CacheManager::Acquired running;
+  ASSERT_EQ(cm.Acquire(2, 7 * 32, 1, &running), Admission::kOk);
+  EXPECT_FALSE(cm.Fork(1, 3, 16, 5).has_value());
+  EXPECT_EQ(cm.stats().cow_copies, 0);
+  EXPECT_EQ(cm.stats().cow_recomputes, 1);
+  EXPECT_EQ(cm.Residency(1), std::vector<Tier>{Tier::kT0});
+  EXPECT_EQ(cm.Residency(3), std::vector<Tier>{Tier::kNone});
+  EXPECT_TRUE(cm.CheckInvariants());
+  cm.Release(2, 7 * 32, 6);
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(3, 20, 7, &b), Admission::kOk);
+  EXPECT_EQ(b.recompute, std::vector<int>{0});
+  cm.Release(3, 20, 8);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Truncating inside a chunk shared with a fork: the session gets its own copy of the kept
+// positions (the fork keeps the original), and its next turn hits them instead of recomputing.
+TEST(CacheManager, TruncateInsideASharedChunkKeepsTheValidPrefix) {
+  CacheManager cm({16, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 96, 0, &a), Admission::kOk);
+  cm.Release(1, 96, 0);
+  EXPECT_FALSE(cm.Fork(1, 2, 96, 1).has_value());  // whole chunks only: all shared
+  cm.Truncate(1, 70, 2);
+  EXPECT_EQ(cm.kv_tokens(1), 70);
+  EXPECT_EQ(cm.stats().cow_copies, 1);
+  auto ops = cm.TakeTransfers();
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].src, Tier::kT0);
+  EXPECT_EQ(ops[0].src_block, a.block_table[2]);
+  EXPECT_EQ(ops[0].dst, Tier::kT0);
+  EXPECT_EQ(ops[0].session, 1);
+  EXPECT_EQ(ops[0].chunk, 2);
+  CacheManager::Acquired b, c;
+  EXPECT_EQ(cm.Acquire(1, 80, 3, &b), Admission::kLater);   // its copy is in flight
+  EXPECT_EQ(cm.Acquire(2, 100, 3, &c), Admission::kLater);  // the source is being read
+  EXPECT_TRUE(cm.CheckInvariants());
+  cm.OnTransferDone(ops[0].id, true);
+  ASSERT_EQ(cm.Acquire(1, 80, 3, &b), Admission::kOk);
+  EXPECT_TRUE(b.recompute.empty());
+  EXPECT_EQ(b.hit_tokens[0], 70);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);
+  EXPECT_EQ(b.block_table[1], a.block_table[1]);
+  EXPECT_EQ(b.block_table[2], ops[0].dst_block);
+  cm.Release(1, 80, 4);
+  ASSERT_EQ(cm.Acquire(2, 100, 5, &c), Admission::kOk);
+  EXPECT_TRUE(c.recompute.empty());
+  EXPECT_EQ(c.hit_tokens[0], 96);
+  EXPECT_EQ(c.block_table[2], a.block_table[2]);
+  cm.Release(2, 100, 6);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// With T0 full the truncated session's copy goes to T1; a copy that fails leaves the chunk to be
+// recomputed (counted). The source outlives its last owner until the copy reading it is done.
+TEST(CacheManager, TruncateCopyIntoTheHostTierAndASourceThatOutlivesItsOwners) {
+  CacheManager cm({4, 4, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 96, 0), Admission::kOk);
+  EXPECT_FALSE(cm.Fork(1, 2, 96, 1).has_value());
+  cm.AddSession(3, 2);
+  ASSERT_EQ(Turn(cm, 3, 32, 2), Admission::kOk);
+  ASSERT_EQ(cm.used_blocks(Tier::kT0), 4);
+  cm.Truncate(1, 70, 3);
+  auto ops = cm.TakeTransfers();
+  const TransferOp* copy = nullptr;
+  for (const auto& op : ops) {
+    if (op.session == 1 && op.chunk == 2) copy = &op;
+  }
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->dst, Tier::kT1);
+  cm.RemoveSession(2);  // the shared chunk's last other owner goes; its block stays until the copy is done
+  EXPECT_TRUE(cm.CheckInvariants());
+  const int32_t used = cm.used_blocks(Tier::kT0);
+  for (const auto& op : ops) cm.OnTransferDone(op.id, op.id != copy->id);
+  EXPECT_EQ(cm.stats().cow_recomputes, 1);
+  EXPECT_LT(cm.used_blocks(Tier::kT0), used);
+  EXPECT_TRUE(cm.CheckInvariants());
+  CacheManager::Acquired b;
+  Admission ad;
+  for (int i = 0; i < 10 && (ad = cm.Acquire(1, 80, 4, &b)) != Admission::kOk; i++) Drain(cm);
+  ASSERT_EQ(ad, Admission::kOk);
+  EXPECT_EQ(b.recompute.back(), 2);
+  for (const auto& op : b.swap_ins) cm.OnTransferDone(op.id, true);
+  cm.Release(1, 80, 5);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 // Random turns, tier sizes and transfer completions (in and out of order, some failing) never
 // break the bookkeeping, never evict a pinned chunk, and never hand the reserve to admissions.
 TEST(CacheManager, RandomOperationsKeepInvariants) {
@@ -271,6 +474,174 @@ TEST(CacheManager, RandomOperationsKeepInvariants) {
       ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed << " step " << step;
     }
   }
+}
+
+
+// A model of the KV data for property tests. The "KV" of a position is a hash of its session's
+// tokens up to it (what real KV depends on); tier blocks hold such values and transfers copy them,
+// at a random time between being taken and reported done. A chunk served as a hit is right exactly
+// when its T0 block holds the values its session's own log implies.
+class KvModel {
+ public:
+  explicit KvModel(CacheManager& cm) : cm_(cm) {}
+
+  std::vector<uint64_t>& log(SessionId s) { return logs_[s]; }  // [kv] expected value per position
+  void Forget(SessionId s) { logs_.erase(s); }
+  void Append(SessionId s, int n, Rng& rng) {
+    std::vector<uint64_t>& l = logs_[s];
+    while (static_cast<int>(l.size()) < n) {
+      uint64_t h = (l.empty() ? 0x51ed270b27a3f1a5ull : l.back()) ^ (rng.Next() | 1);
+      l.push_back((h * 0x9e3779b97f4a7c15ull) | 1);  // never 0, the value of a block never written
+    }
+  }
+  void CopyNow(const TransferOp& op) { blocks_[{int(op.dst), op.dst_block}] = blocks_[{int(op.src), op.src_block}]; }
+  // Takes the queued transfers; half of them copy at once, the others when they complete.
+  void Take(Rng& rng) {
+    for (const TransferOp& op : cm_.TakeTransfers()) {
+      const bool now = rng.Next() % 2;
+      if (now) CopyNow(op);
+      pending_.push_back({op, now});
+    }
+  }
+  // Completes a random subset in random order; a tenth fail (no data is copied).
+  void CompleteSome(Rng& rng) {
+    while (!pending_.empty() && rng.Next() % 3) {
+      size_t i = rng.Next() % pending_.size();
+      Complete(i, rng.Next() % 10 != 0);
+    }
+  }
+  void CompleteAll() {
+    for (int round = 0; round < 16 && (Take0(), !pending_.empty()); round++) {
+      while (!pending_.empty()) Complete(0, true);
+    }
+  }
+  // After a successful Acquire of s (kv_before positions had KV; n are acquired): checks that
+  // every hit holds the right values, then writes what the forward pass would (recomputed
+  // chunks and new positions).
+  ::testing::AssertionResult CheckAndFill(SessionId s, int kv_before, int n, const CacheManager::Acquired& a) {
+    for (const TransferOp& op : a.swap_ins) {
+      CopyNow(op);
+      cm_.OnTransferDone(op.id, true);
+    }
+    const std::vector<uint64_t>& l = logs_[s];
+    for (int c = 0; c * kBlockTokens < kv_before; c++) {
+      if (std::find(a.recompute.begin(), a.recompute.end(), c) != a.recompute.end()) continue;
+      const Values& v = blocks_[{0, a.block_table[c]}];
+      for (int p = c * kBlockTokens; p < std::min(kv_before, (c + 1) * kBlockTokens); p++) {
+        if (v[p % kBlockTokens] != l[p]) {
+          return ::testing::AssertionFailure() << "session " << s << " position " << p << " served wrong KV";
+        }
+      }
+    }
+    for (int c : a.recompute) Fill(s, a.block_table, c * kBlockTokens, std::min(kv_before, (c + 1) * kBlockTokens));
+    Fill(s, a.block_table, kv_before, n);
+    return ::testing::AssertionSuccess();
+  }
+  void Fill(SessionId s, const std::vector<int32_t>& table, int from, int to) {
+    for (int p = from; p < to; p++) blocks_[{0, table[p / kBlockTokens]}][p % kBlockTokens] = logs_[s][p];
+  }
+
+ private:
+  using Values = std::array<uint64_t, kBlockTokens>;
+  void Take0() {
+    for (const TransferOp& op : cm_.TakeTransfers()) pending_.push_back({op, false});
+  }
+  void Complete(size_t i, bool ok) {
+    auto [op, copied] = pending_[i];
+    pending_.erase(pending_.begin() + i);
+    if (ok && !copied) CopyNow(op);
+    cm_.OnTransferDone(op.id, ok);
+  }
+  CacheManager& cm_;
+  std::map<std::pair<int, int32_t>, Values> blocks_;  // (tier, block) -> values
+  std::map<SessionId, std::vector<uint64_t>> logs_;
+  std::vector<std::pair<TransferOp, bool>> pending_;  // taken, not done; copied already?
+};
+
+// Random turns, forks, truncations, invalidations and removals over random tiers, with transfers
+// completing in and out of order (some failing): the bookkeeping stays consistent, and every chunk
+// served as a hit holds exactly the KV its session's log implies (copy-on-write never lets one
+// session's writes reach another's chunks, and no copy reads a block that was reused).
+TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
+  int64_t cow_copies = 0, hits = 0;
+  for (uint64_t seed = 1; seed <= 200; seed++) {
+    Rng rng(seed * 1009);
+    CacheConfig cfg{int32_t(6 + rng.Next() % 20), int32_t(rng.Next() % 3 ? rng.Next() % 12 : 0),
+                    int32_t(rng.Next() % 2 ? rng.Next() % 16 : 0), 0.1};
+    CacheManager cm(cfg, Policy(seed % 2 ? "pensieve" : "lru"));
+    KvModel kv(cm);
+    std::vector<SessionId> live;
+    SessionId next = 0;
+    for (; next < 4; next++) {
+      cm.AddSession(next, 0);
+      live.push_back(next);
+    }
+    for (int step = 0; step < 400; step++) {
+      const double now = step;
+      const SessionId s = live[rng.Next() % live.size()];
+      const int have = cm.kv_tokens(s);
+      const int what = int(rng.Next() % 20);
+      if (what < 10) {  // a turn
+        const int want = have + 1 + int(rng.Next() % 70);
+        CacheManager::Acquired a;
+        Admission r = cm.Acquire(s, want, now, &a);
+        if (r == Admission::kOk) {
+          kv.Append(s, want, rng);
+          ASSERT_TRUE(kv.CheckAndFill(s, have, want, a)) << "seed " << seed << " step " << step;
+          for (int c = 0; c * kBlockTokens < have; c++) {
+            hits += std::find(a.recompute.begin(), a.recompute.end(), c) == a.recompute.end();
+          }
+          int end = want;
+          if (rng.Next() % 4 == 0 && cm.Grow(s, want + 40, &a.block_table)) {
+            end = want + 40;
+            kv.Append(s, end, rng);
+            kv.Fill(s, a.block_table, want, end);
+          }
+          cm.Maintain(cfg.t0_blocks / 2, now);
+          if (rng.Next() % 5 == 0) {
+            cm.Suspend(s, end, now);
+          } else {
+            cm.Release(s, end, now);
+          }
+        } else if (r == Admission::kImpossible) {
+          cm.RemoveSession(s);
+          kv.Forget(s);
+          cm.AddSession(s, now);
+        }
+      } else if (what < 14) {  // a fork at any point of s's KV
+        const int at = int(rng.Next() % (have + 1));
+        const SessionId d = next++;
+        auto copy = cm.Fork(s, d, at, now);
+        if (copy) kv.CopyNow(*copy);
+        std::vector<uint64_t> prefix(kv.log(s).begin(), kv.log(s).begin() + at);
+        kv.log(d) = prefix;
+        live.push_back(d);
+        if (live.size() > 8) {  // forget the oldest
+          cm.RemoveSession(live.front());
+          kv.Forget(live.front());
+          live.erase(live.begin());
+        }
+      } else if (what < 18) {  // a truncation
+        const int to = int(rng.Next() % (have + 1));
+        cm.Truncate(s, to, now);
+        kv.log(s).resize(to);
+      } else if (have > 0) {  // lose one chunk's KV
+        cm.Invalidate(s, int(rng.Next() % ((have + kBlockTokens - 1) / kBlockTokens)));
+      }
+      kv.Take(rng);
+      kv.CompleteSome(rng);
+      ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed << " step " << step;
+    }
+    cow_copies += cm.stats().cow_copies;
+    // Everything torn down: no block or record is left behind.
+    kv.CompleteAll();
+    for (SessionId s : live) cm.RemoveSession(s);
+    kv.CompleteAll();
+    ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed;
+    for (Tier t : {Tier::kT0, Tier::kT1, Tier::kT2}) EXPECT_EQ(cm.used_blocks(t), 0) << "seed " << seed;
+  }
+  EXPECT_GT(cow_copies, 100);
+  EXPECT_GT(hits, 1000);
 }
 
 }  // namespace
