@@ -262,7 +262,8 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
                                                   bool sync_ok, double now) {
   MNEMO_CHECK(recs_[to].tier == Tier::kNone && recs_[to].op == 0);
   const Tier src = recs_[from].tier;
-  if (src == Tier::kNone) return std::nullopt;  // no KV to copy: recomputed in any case
+  // No KV to copy (yet: another owner may be recomputing it): recomputed in any case.
+  if (src == Tier::kNone || recs_[from].filling) return std::nullopt;
   // A background copy needs a source that stays where it is until the copy lands: no transfer in
   // flight, or a demotion out of T0 that can be revived (its result discarded, the T0 copy kept).
   // A synchronous one reads the source now, which is valid until any transfer moving it is done.
@@ -429,6 +430,10 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
       case Tier::kT0:
         if (c.op != 0) c.revived = true;  // keep using the T0 copy; the demotion is discarded
         out->block_table[i] = c.block;
+        if (c.filling) {  // another owner is recomputing it: never read it half-written, recompute too
+          if (valid > 0) out->recompute.push_back(i);
+          break;
+        }
         out->hit_tokens[c.from_disk ? 2 : 0] += valid;
         c.from_disk = false;
         break;
@@ -451,6 +456,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
         c.tier = Tier::kT0;
         out->block_table[i] = c.block;
         if (valid > 0) out->recompute.push_back(i);
+        c.filling = valid > 0;
         break;
     }
   }
@@ -480,11 +486,39 @@ void CacheManager::Release(SessionId s, int kv_tokens, double now) {
   MNEMO_CHECK(S.acquired);
   S.acquired = false;
   for (int32_t id : S.chunks) recs_[id].pins--;
+  // A chunk s was recomputing holds KV below kv_tokens only. Its other owners would take it as
+  // whole, so a shared one that s did not finish (a suspension) cannot stay theirs: when nobody
+  // else is recomputing it, s keeps the block and what it computed, and the others recompute.
+  for (size_t i = 0; i < S.chunks.size(); i++) {
+    const int32_t id = S.chunks[i];
+    if (!recs_[id].filling) continue;
+    const int begin = recs_[id].begin;
+    if (kv_tokens >= begin + kBlockTokens || recs_[id].refs == 1) {
+      recs_[id].filling = false;  // complete, or s's alone
+    } else if (recs_[id].pins == 0) {
+      recs_[id].filling = false;
+      if (kv_tokens > begin) {
+        const int32_t own = NewRec(begin);
+        std::swap(recs_[own].tier, recs_[id].tier);
+        std::swap(recs_[own].block, recs_[id].block);
+        recs_[own].last_active = recs_[id].last_active;
+        S.chunks[i] = own;
+        Unref(id);
+      } else {
+        FreeData(recs_[id]);
+      }
+    } else if (kv_tokens > begin) {  // another owner is still recomputing it: leave it to them
+      S.chunks[i] = NewRec(begin);
+      Unref(id);
+      stats_.cow_recomputes++;
+    }
+  }
   while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= kv_tokens) {
     Unref(S.chunks.back());
     S.chunks.pop_back();
   }
   S.kv_tokens = kv_tokens;
+  UnshareLast(s, S, now);  // a shared chunk that s did not recompute but stops inside
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, kv_tokens - recs_[id].begin);
   Touch(S, now);
 }
@@ -614,6 +648,7 @@ bool CacheManager::CheckInvariants() const {
     if (!live) continue;
     if (c.tier != Tier::kNone) owners[static_cast<int>(c.tier)][c.block]++;
     if (c.refs > 1 && c.length != kBlockTokens) return false;  // only full chunks are shared
+    if (c.filling && (c.pins <= 0 || c.tier != Tier::kT0)) return false;  // recomputed by an acquired owner
   }
   std::vector<int> readers(recs_.size(), 0);
   for (const auto& [opid, f] : in_flight_) {

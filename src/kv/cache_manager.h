@@ -119,7 +119,8 @@ class CacheManager {
   // ---- a turn ----
   struct Acquired {
     std::vector<int32_t> block_table;  // [ceil(n_tokens / kBlockTokens)] T0 block per chunk
-    std::vector<int> recompute;        // chunk indices below kv_tokens whose KV is gone
+    std::vector<int> recompute;        // chunk indices below kv_tokens whose KV is gone (or is being
+                                       // recomputed by another owner of the shared chunk)
     std::vector<TransferOp> swap_ins;  // T1 -> T0 copies that must land before attention reads
     int hit_tokens[3] = {0, 0, 0};     // positions below kv_tokens served from T0, T1, T2
   };
@@ -174,7 +175,7 @@ class CacheManager {
     int readers = 0;          // in-flight copies reading this chunk's block: it neither moves nor is freed
     bool revived = false;     // an in-flight demotion whose result will be discarded
     bool from_disk = false;   // came up from T2 and not yet counted as a disk hit
-    bool filling = false;     // acquired with no KV (tier kNone): its owner is recomputing it
+    bool filling = false;     // acquired with no KV: an acquired owner is recomputing it (not a hit)
     SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
     int disk_chunk = -1;
   };

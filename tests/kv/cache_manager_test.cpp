@@ -477,6 +477,56 @@ TEST(CacheManager, RandomOperationsKeepInvariants) {
 }
 
 
+// Two forks share chunks whose KV was dropped. Both turns run at once: the second does not take
+// the first's half-recomputed chunks as hits but recomputes them too. When one stops inside a
+// shared chunk it was recomputing (a suspension), it keeps what it computed in a chunk of its
+// own, and the other owner, which takes the chunk as whole, recomputes it.
+TEST(CacheManager, SharedChunksBeingRecomputedAreNeverServedHalfWritten) {
+  CacheManager cm({16, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  cm.RestoreLength(1, 96);  // three chunks, no KV
+  EXPECT_FALSE(cm.Fork(1, 2, 96, 0).has_value());
+  CacheManager::Acquired a, b;
+  ASSERT_EQ(cm.Acquire(1, 100, 1, &a), Admission::kOk);
+  EXPECT_EQ(a.recompute, (std::vector<int>{0, 1, 2}));
+  ASSERT_EQ(cm.Acquire(2, 100, 1, &b), Admission::kOk);
+  EXPECT_EQ(b.recompute, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(b.hit_tokens[0], 0);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);  // the same block: both write the same KV
+  cm.Release(2, 40, 2);  // 2 stops inside chunk 1 while 1 is still recomputing it
+  EXPECT_EQ(cm.Residency(2), (std::vector<Tier>{Tier::kT0, Tier::kNone}));
+  EXPECT_TRUE(cm.CheckInvariants());
+  cm.Release(1, 100, 3);
+  CacheManager::Acquired c;
+  ASSERT_EQ(cm.Acquire(2, 50, 4, &c), Admission::kOk);
+  EXPECT_EQ(c.recompute, std::vector<int>{1});
+  EXPECT_EQ(c.hit_tokens[0], 32);
+  cm.Release(2, 50, 5);
+  EXPECT_TRUE(cm.CheckInvariants());
+
+  // Only session 3 recomputes; it stops inside chunk 1.
+  cm.AddSession(3, 6);
+  cm.RestoreLength(3, 96);
+  EXPECT_FALSE(cm.Fork(3, 4, 96, 6).has_value());
+  CacheManager::Acquired d;
+  ASSERT_EQ(cm.Acquire(3, 100, 7, &d), Admission::kOk);
+  cm.Release(3, 40, 8);
+  EXPECT_EQ(cm.Residency(3), (std::vector<Tier>{Tier::kT0, Tier::kT0}));  // chunk 1 is its own now
+  EXPECT_EQ(cm.Residency(4), (std::vector<Tier>{Tier::kT0, Tier::kNone, Tier::kNone}));
+  EXPECT_TRUE(cm.CheckInvariants());
+  CacheManager::Acquired e, f;
+  ASSERT_EQ(cm.Acquire(3, 50, 9, &e), Admission::kOk);
+  EXPECT_TRUE(e.recompute.empty());
+  EXPECT_EQ(e.hit_tokens[0], 40);
+  EXPECT_EQ(e.block_table[1], d.block_table[1]);
+  cm.Release(3, 50, 10);
+  ASSERT_EQ(cm.Acquire(4, 100, 11, &f), Admission::kOk);
+  EXPECT_EQ(f.recompute, (std::vector<int>{1, 2}));
+  EXPECT_EQ(f.hit_tokens[0], 32);
+  cm.Release(4, 100, 12);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 // A model of the KV data for property tests. The "KV" of a position is a hash of its session's
 // tokens up to it (what real KV depends on); tier blocks hold such values and transfers copy them,
 // at a random time between being taken and reported done. A chunk served as a hit is right exactly
@@ -516,9 +566,10 @@ class KvModel {
     }
   }
   // After a successful Acquire of s (kv_before positions had KV; n are acquired): checks that
-  // every hit holds the right values, then writes what the forward pass would (recomputed
-  // chunks and new positions).
-  ::testing::AssertionResult CheckAndFill(SessionId s, int kv_before, int n, const CacheManager::Acquired& a) {
+  // every hit holds the right values. *queries gets the positions the forward pass feeds, in its
+  // order (recomputed chunks, then new positions); the caller fills a prefix of them.
+  ::testing::AssertionResult Check(SessionId s, int kv_before, int n, const CacheManager::Acquired& a,
+                                   std::vector<int>* queries) {
     for (const TransferOp& op : a.swap_ins) {
       CopyNow(op);
       cm_.OnTransferDone(op.id, true);
@@ -533,12 +584,15 @@ class KvModel {
         }
       }
     }
-    for (int c : a.recompute) Fill(s, a.block_table, c * kBlockTokens, std::min(kv_before, (c + 1) * kBlockTokens));
-    Fill(s, a.block_table, kv_before, n);
+    queries->clear();
+    for (int c : a.recompute) {
+      for (int p = c * kBlockTokens; p < std::min(kv_before, (c + 1) * kBlockTokens); p++) queries->push_back(p);
+    }
+    for (int p = kv_before; p < n; p++) queries->push_back(p);
     return ::testing::AssertionSuccess();
   }
-  void Fill(SessionId s, const std::vector<int32_t>& table, int from, int to) {
-    for (int p = from; p < to; p++) blocks_[{0, table[p / kBlockTokens]}][p % kBlockTokens] = logs_[s][p];
+  void Fill(SessionId s, const std::vector<int32_t>& table, const int* pos, size_t n) {
+    for (size_t i = 0; i < n; i++) blocks_[{0, table[pos[i] / kBlockTokens]}][pos[i] % kBlockTokens] = logs_[s][pos[i]];
   }
 
  private:
@@ -558,12 +612,13 @@ class KvModel {
   std::vector<std::pair<TransferOp, bool>> pending_;  // taken, not done; copied already?
 };
 
-// Random turns, forks, truncations, invalidations and removals over random tiers, with transfers
-// completing in and out of order (some failing): the bookkeeping stays consistent, and every chunk
-// served as a hit holds exactly the KV its session's log implies (copy-on-write never lets one
-// session's writes reach another's chunks, and no copy reads a block that was reused).
+// Random turns (some stopped part way, as a suspension does), forks, truncations, invalidations
+// and removals over random tiers, with transfers completing in and out of order (some failing):
+// the bookkeeping stays consistent, and every chunk served as a hit holds exactly the KV its
+// session's log implies (copy-on-write never lets one session's writes reach another's chunks, no
+// copy reads a block that was reused, and a shared chunk left half-recomputed is not served).
 TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
-  int64_t cow_copies = 0, hits = 0;
+  int64_t cow_copies = 0, hits = 0, stopped = 0;
   for (uint64_t seed = 1; seed <= 200; seed++) {
     Rng rng(seed * 1009);
     CacheConfig cfg{int32_t(6 + rng.Next() % 20), int32_t(rng.Next() % 3 ? rng.Next() % 12 : 0),
@@ -587,15 +642,26 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
         Admission r = cm.Acquire(s, want, now, &a);
         if (r == Admission::kOk) {
           kv.Append(s, want, rng);
-          ASSERT_TRUE(kv.CheckAndFill(s, have, want, a)) << "seed " << seed << " step " << step;
+          std::vector<int> queries;
+          ASSERT_TRUE(kv.Check(s, have, want, a, &queries)) << "seed " << seed << " step " << step;
           for (int c = 0; c * kBlockTokens < have; c++) {
             hits += std::find(a.recompute.begin(), a.recompute.end(), c) == a.recompute.end();
           }
           int end = want;
-          if (rng.Next() % 4 == 0 && cm.Grow(s, want + 40, &a.block_table)) {
-            end = want + 40;
-            kv.Append(s, end, rng);
-            kv.Fill(s, a.block_table, want, end);
+          if (rng.Next() % 4 == 0) {  // stopped part way: positions [0, queries[cut]) hold KV
+            const size_t cut = rng.Next() % queries.size();
+            kv.Fill(s, a.block_table, queries.data(), cut);
+            end = queries[cut];
+            stopped += end < have;
+          } else {
+            kv.Fill(s, a.block_table, queries.data(), queries.size());
+            if (rng.Next() % 4 == 0 && cm.Grow(s, want + 40, &a.block_table)) {
+              end = want + 40;
+              kv.Append(s, end, rng);
+              std::vector<int> grown(40);
+              for (int i = 0; i < 40; i++) grown[i] = want + i;
+              kv.Fill(s, a.block_table, grown.data(), grown.size());
+            }
           }
           cm.Maintain(cfg.t0_blocks / 2, now);
           if (rng.Next() % 5 == 0) {
@@ -642,6 +708,7 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
   }
   EXPECT_GT(cow_copies, 100);
   EXPECT_GT(hits, 1000);
+  EXPECT_GT(stopped, 50);  // stopped inside recomputed history
 }
 
 }  // namespace
