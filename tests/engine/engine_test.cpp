@@ -279,6 +279,75 @@ TEST(Engine, ForkSharesHistory) {
   EXPECT_FALSE((*e)->DeleteSession(s).ok());
 }
 
+// Forking inside a chunk while T0 is full (no free block, no reserve): a chunk chosen by the
+// policy makes room (dropped without a host tier; with one, demoted while the partial chunk is
+// copied through T1), so the fork's turn recomputes nothing, and it equals recomputation.
+TEST(Engine, ForkWithAFullComputeTierKeepsThePartialChunk) {
+  for (int t1 : {0, 8}) {
+    EngineConfig c = Config(8, t1, 0, "pensieve");
+    c.reserve_fraction = 0;
+    auto e = Engine::Create(*F().l.model, *F().tok, c);
+    ASSERT_TRUE(e.ok());
+    Rng rng(17);
+    SessionId a = (*e)->CreateSession(), b = (*e)->CreateSession();
+    auto first = RandomTokens(rng, 70);
+    first.insert(first.begin(), 1);
+    ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, "length");  // 80 positions: 3 blocks
+    auto other = RandomTokens(rng, 139);
+    other.insert(other.begin(), 1);
+    ASSERT_EQ((*(*e)->Submit(Greedy(b, other, 10)))->Wait().finish_reason, "length");  // 149 positions: 5 blocks
+    ASSERT_EQ((*e)->Stats().used_blocks[0], 8);
+    ASSERT_EQ((*e)->GetSession(a)->chunks_by_tier[0], 3);
+    auto f = (*e)->ForkSession(a, 70);
+    ASSERT_TRUE(f.ok());
+    auto more = RandomTokens(rng, 9);
+    std::vector<int32_t> ctx = (*e)->GetSession(*f)->tokens;
+    ctx.insert(ctx.end(), more.begin(), more.end());
+    TurnResult r = (*(*e)->Submit(Greedy(*f, more, 5)))->Wait();
+    const std::string what = "fork with T0 full, t1=" + std::to_string(t1);
+    ExpectMatches(r, FromScratch(ctx, 5), what);
+    EXPECT_EQ(r.sources.recomputed, 0) << what;
+    EXPECT_EQ(r.sources.t0 + r.sources.t1, 70) << what;
+    if (t1) {
+      EXPECT_EQ(r.sources.t1, 70 - 64) << what;  // the partial chunk came through T1
+    }
+    EngineStats st = (*e)->Stats();
+    EXPECT_EQ(st.cache.cow_copies, 1) << what;
+    EXPECT_EQ(st.cache.cow_recomputes, 0) << what;
+    EXPECT_EQ(st.cache.evictions[0], 1) << what;  // one of b's chunks made room
+  }
+}
+
+// Truncating a session inside a chunk it shares with a fork: it keeps a copy of the kept
+// positions, its next turn recomputes nothing, and neither its turn nor the fork's (which reads
+// the shared chunk whole) is disturbed by the other's writes.
+TEST(Engine, TruncateInsideAChunkSharedWithAForkKeepsThePrefix) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  Rng rng(23);
+  SessionId a = (*e)->CreateSession();
+  auto first = RandomTokens(rng, 100);
+  first.insert(first.begin(), 1);
+  ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, "length");
+  auto f = (*e)->ForkSession(a, 96);  // shares chunks 0-2 whole
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*e)->TruncateSession(a, 70).ok());
+  auto more_a = RandomTokens(rng, 30), more_f = RandomTokens(rng, 7);
+  std::vector<int32_t> ctx_a = (*e)->GetSession(a)->tokens, ctx_f = (*e)->GetSession(*f)->tokens;
+  ASSERT_EQ(ctx_a.size(), 70u);
+  ctx_a.insert(ctx_a.end(), more_a.begin(), more_a.end());
+  ctx_f.insert(ctx_f.end(), more_f.begin(), more_f.end());
+  TurnResult ra = (*(*e)->Submit(Greedy(a, more_a, 5)))->Wait();  // writes positions 70.. of its chunk 2
+  ExpectMatches(ra, FromScratch(ctx_a, 5), "truncated");
+  EXPECT_EQ(ra.sources.recomputed, 0);
+  EXPECT_EQ(ra.sources.t0, 70);
+  TurnResult rf = (*(*e)->Submit(Greedy(*f, more_f, 5)))->Wait();
+  ExpectMatches(rf, FromScratch(ctx_f, 5), "fork after the truncation");
+  EXPECT_EQ(rf.sources.recomputed, 0);
+  EXPECT_EQ(rf.sources.t0, 96);
+  EXPECT_EQ((*e)->Stats().cache.cow_copies, 1);
+}
+
 // A restart with the same disk directory: sessions come back from their token logs and their next
 // turn reads the disk tier instead of recomputing; a slot corrupted on purpose is recomputed.
 TEST(Engine, RestartReadsTheDiskTierAndRecomputesCorruptChunks) {
