@@ -153,7 +153,10 @@ void CacheManager::Invalidate(SessionId s, int chunk) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired && chunk >= 0 && chunk < static_cast<int>(S.chunks.size()));
   int32_t& id = S.chunks[chunk];
-  if (recs_[id].refs > 1 || recs_[id].op != 0 || recs_[id].readers > 0) {  // shared or in a transfer: a fresh record
+  // The chunk's data is not valid KV, for any of its owners: they all recompute it. Only when a
+  // transfer or an acquired owner uses it (and, if recomputing it, will make it valid) does s
+  // alone get a fresh record.
+  if (recs_[id].pins > 0 || recs_[id].op != 0 || recs_[id].readers > 0) {
     const int begin = recs_[id].begin, length = recs_[id].length;
     Unref(id);
     id = NewRec(begin);

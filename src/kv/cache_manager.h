@@ -102,7 +102,10 @@ class CacheManager {
   // it uses the latest time the cache manager has seen.
   void Truncate(SessionId s, int n_tokens, double now);
   void Truncate(SessionId s, int n_tokens) { Truncate(s, n_tokens, clock_); }
-  // Forgets the KV of chunk `chunk` of s (s not acquired): it is recomputed when next needed.
+  // Forgets the KV of chunk `chunk` of s (s not acquired), e.g. a chunk acquired for recompute
+  // that was never computed: it is recomputed when next needed. A shared chunk holds the same
+  // (invalid) data for every owner, so all of them recompute it, unless a transfer or an acquired
+  // owner uses it, in which case s alone gets an empty chunk.
   void Invalidate(SessionId s, int chunk);
   // Declares that s has n_tokens positions whose KV can be rebuilt from its raw tokens (e.g. a
   // session reloaded after a restart): missing chunks are recomputed when next needed.

@@ -527,6 +527,29 @@ TEST(CacheManager, SharedChunksBeingRecomputedAreNeverServedHalfWritten) {
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
+// A chunk acquired for recompute and then forgotten without being computed (as selective
+// context's reuse mode does with its source) is forgotten for every owner that shares it.
+TEST(CacheManager, InvalidatingASharedChunkDropsItForEveryOwner) {
+  CacheManager cm({16, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  cm.RestoreLength(1, 64);
+  EXPECT_FALSE(cm.Fork(1, 2, 64, 0).has_value());
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 64, 1, &a), Admission::kOk);
+  EXPECT_EQ(a.recompute, (std::vector<int>{0, 1}));
+  cm.Release(1, 64, 2);
+  cm.Invalidate(1, 0);
+  cm.Invalidate(1, 1);
+  EXPECT_EQ(cm.Residency(1), (std::vector<Tier>{Tier::kNone, Tier::kNone}));
+  EXPECT_EQ(cm.Residency(2), (std::vector<Tier>{Tier::kNone, Tier::kNone}));
+  EXPECT_EQ(cm.used_blocks(Tier::kT0), 0);
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(2, 70, 3, &b), Admission::kOk);
+  EXPECT_EQ(b.recompute, (std::vector<int>{0, 1}));
+  cm.Release(2, 70, 4);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 // A model of the KV data for property tests. The "KV" of a position is a hash of its session's
 // tokens up to it (what real KV depends on); tier blocks hold such values and transfers copy them,
 // at a random time between being taken and reported done. A chunk served as a hit is right exactly
