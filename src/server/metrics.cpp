@@ -113,6 +113,9 @@ std::string Metrics::Render(const EngineStats& e) const {
   counter("mnemo_recomputed_tokens_total", "History tokens recomputed because their KV was gone", recomputed_);
   counter("mnemo_swap_ins_total", "Chunks copied from host RAM into the compute tier", e.cache.swap_ins);
   counter("mnemo_swap_outs_total", "Chunks demoted out of the compute tier by copy", e.cache.swap_outs);
+  counter("mnemo_cow_copies_total", "Partial chunks copied when a session forked or was truncated", e.cache.cow_copies);
+  counter("mnemo_cow_recomputes_total", "Partial chunks a fork or truncation could not copy (recomputed)",
+          e.cache.cow_recomputes);
   Header(&out, "mnemo_evictions_total", "counter", "Chunks evicted, by tier");
   Line(&out, "mnemo_evictions_total{tier=\"t0\"} %lld", static_cast<long long>(e.cache.evictions[0]));
   Line(&out, "mnemo_evictions_total{tier=\"t1\"} %lld", static_cast<long long>(e.cache.evictions[1]));

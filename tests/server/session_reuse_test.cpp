@@ -211,6 +211,9 @@ TEST(SessionReuse, EditedHistoryForksAndTheOriginalGoesOn) {
   int five_turns = 0;
   for (const auto& x : s["data"]) five_turns += x["turns"] == 5;
   EXPECT_EQ(five_turns, 1) << s.dump();
+  // The forks copied the partial chunk at their fork points instead of recomputing it.
+  EXPECT_GE(Metric(server.port(), "mnemo_cow_copies_total"), 1) << server.log();
+  EXPECT_EQ(Metric(server.port(), "mnemo_cow_recomputes_total"), 0) << server.log();
 }
 
 }  // namespace
