@@ -280,6 +280,13 @@ Result<SessionInfo> Engine::GetSession(SessionId id) {
   return out;
 }
 
+std::vector<SessionId> Engine::TakeExpired() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SessionId> out;
+  out.swap(expired_);
+  return out;
+}
+
 std::vector<SessionInfo> Engine::ListSessions() {
   std::vector<SessionInfo> out;
   Call([&] {

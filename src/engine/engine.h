@@ -116,6 +116,9 @@ class Engine {
   // Blocks the engine thread while src's KV is brought into T0.
   Result<SessionId> ComposeSession(SessionId src, std::vector<int32_t> tokens, const std::vector<KvRun>& runs);
   std::vector<SessionInfo> ListSessions();
+  // Sessions the engine deleted on its own (session TTL, max sessions) since the last call, so
+  // that a caller mirroring sessions (the server) can forget them.
+  std::vector<SessionId> TakeExpired();
 
   // ---- turns ----
   // Queues a turn on a session (one turn per session at a time). Errors: unknown session, busy
@@ -176,6 +179,7 @@ class Engine {
   std::deque<std::function<void()>> commands_;
   std::atomic<int> queued_{0};  // turns submitted and not yet finished
   bool stop_ = false;
+  std::vector<SessionId> expired_;  // deleted by ExpireSessions, not yet taken
   double start_;
   std::thread thread_;
 };

@@ -308,6 +308,10 @@ void Engine::ExpireSessions(double now) {
     if (!expired && over == 0) break;
     cache_->RemoveSession(id);
     sessions_.erase(id);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      expired_.push_back(id);
+    }
     if (over > 0) over--;
   }
 }

@@ -100,6 +100,7 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
   std::string reply_text;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    DropExpiredLocked();
     auto turn_of = [&](const Entry& e, int64_t end_token) -> const TurnMark* {
       for (size_t j = 0; j < e.marks.size(); ++j) {
         const TurnMark& m = e.marks[j];
@@ -179,6 +180,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
                       spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
     }
     std::lock_guard<std::mutex> lock(mu_);
+    DropExpiredLocked();
     if (ap) {  // append to the session holding the history, if it is still as planned
       auto it = sessions_.find(ap->source);
       if (it == sessions_.end() || it->second.version != ap->version || it->second.busy) {
@@ -231,6 +233,21 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
 
   StartedTurn st;
   st.prompt_tokens = static_cast<int>(tokens.size());
+  // The engine may expire the chosen session (session TTL, max sessions) before the calls below
+  // reach it: the turn then starts a new session with its whole context.
+  auto gone = [&](int64_t s) { return !engine_.GetSession(s).ok(); };
+  auto start_afresh = [&](int64_t s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ForgetLocked(s);
+    }
+    plan = Plan::kNew;
+    target = -1;
+    lcp = 0;
+    st.fork_of.reset();
+    st.fork_at = 0;
+    st.truncated_to.reset();
+  };
   int64_t id = -1;
   if (plan == Plan::kFork) {
     auto f = engine_.ForkSession(target, static_cast<int>(lcp));
@@ -238,6 +255,8 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       id = *f;
       st.fork_of = target;
       st.fork_at = static_cast<int64_t>(lcp);
+    } else if (gone(target)) {
+      start_afresh(target);
     } else {
       plan = Plan::kNew;  // the source got busy meanwhile: start afresh
       lcp = 0;
@@ -245,52 +264,61 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   }
   if (plan == Plan::kTruncate) {
     Status t = engine_.TruncateSession(target, static_cast<int>(lcp));
-    if (!t.ok()) {
+    if (t.ok()) {
+      st.truncated_to = static_cast<int64_t>(lcp);
+    } else if (gone(target)) {
+      start_afresh(target);
+    } else {
       std::lock_guard<std::mutex> lock(mu_);
-      sessions_.at(target).busy = false;
+      sessions_[target].busy = false;
       return ApiError{500, "server_error", t.error().message, "", ""};
     }
-    st.truncated_to = static_cast<int64_t>(lcp);
   }
-  if (plan == Plan::kNew) {
-    id = engine_.CreateSession();
-    st.new_session = true;
-  }
-  if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // The turn's rendering (unknown for a raw prompt), and the earlier turns whose text stays valid:
-    // the source's (fork) or its own, within the kept log.
-    std::string new_text = spec.prompt ? std::string() : text;
-    std::vector<TurnMark> marks;
-    if (target >= 0 && plan != Plan::kNew && sessions_.count(target)) marks = MarksWithin(sessions_.at(target), lcp, new_text);
-    Entry& e = sessions_[id];
-    e.owner = spec.owner;
-    e.busy = true;
-    e.version++;
-    if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
-    if (plan == Plan::kTruncate) e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(lcp), lcp);
-    e.marks = std::move(marks);
-    e.text = std::move(new_text);
-    if (!spec.hint.key.empty()) {
-      keys_[spec.owner + '\n' + spec.hint.key] = id;
-      e.key = spec.hint.key;
+  for (int attempt = 0;; attempt++) {
+    if (plan == Plan::kNew) {
+      id = engine_.CreateSession();
+      st.new_session = true;
     }
-  }
-  st.session = id;
-  spec.request.session = id;
-  spec.request.append.assign(tokens.begin() + static_cast<std::ptrdiff_t>(lcp), tokens.end());
-  spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
-  auto h = engine_.Submit(spec.request);
-  if (!h.ok()) {
+    if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // The turn's rendering (unknown for a raw prompt), and the earlier turns whose text stays
+      // valid: the source's (fork) or its own, within the kept log.
+      std::string new_text = spec.prompt ? std::string() : text;
+      std::vector<TurnMark> marks;
+      if (target >= 0 && plan != Plan::kNew && sessions_.count(target)) marks = MarksWithin(sessions_.at(target), lcp, new_text);
+      Entry& e = sessions_[id];
+      e.owner = spec.owner;
+      e.busy = true;
+      e.version++;
+      if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
+      if (plan == Plan::kTruncate) e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(lcp), lcp);
+      e.marks = std::move(marks);
+      e.text = std::move(new_text);
+      if (!spec.hint.key.empty()) {
+        keys_[spec.owner + '\n' + spec.hint.key] = id;
+        e.key = spec.hint.key;
+      }
+    }
+    st.session = id;
+    spec.request.session = id;
+    spec.request.append.assign(tokens.begin() + static_cast<std::ptrdiff_t>(lcp), tokens.end());
+    spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
+    auto h = engine_.Submit(spec.request);
+    if (h.ok()) {
+      st.handle = *h;
+      return st;
+    }
+    if (attempt == 0 && plan != Plan::kNew && gone(id)) {
+      start_afresh(id);
+      continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[id].busy = false;
     const std::string& m = h.error().message;
     if (m.rfind("queue full", 0) == 0) return ApiError{429, "rate_limit_error", "the server is busy: " + m, "", "queue_full"};
     return Invalid(m);
   }
-  st.handle = *h;
-  return st;
 }
 
 ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const TurnResult& r,
@@ -375,8 +403,23 @@ std::pair<int64_t, size_t> Service::BestSession(const std::string& owner, const 
   return BestSessionLocked(owner, tokens);
 }
 
+void Service::ForgetLocked(int64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  if (!it->second.key.empty()) {
+    auto k = keys_.find(it->second.owner + '\n' + it->second.key);
+    if (k != keys_.end() && k->second == id) keys_.erase(k);
+  }
+  sessions_.erase(it);
+}
+
+void Service::DropExpiredLocked() {
+  for (int64_t id : engine_.TakeExpired()) ForgetLocked(id);
+}
+
 std::vector<Service::SessionView> Service::Sessions(const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
+  DropExpiredLocked();
   std::vector<SessionView> out;
   for (const auto& [id, e] : sessions_) {
     if (e.owner == owner) out.push_back({id, e.owner, e.key});

@@ -173,6 +173,10 @@ class Service {
   };
   // The marks of `e` that stay valid when its log is cut to n tokens and its text becomes `text`.
   static std::vector<TurnMark> MarksWithin(const Entry& e, size_t n, const std::string& text);
+  // Forgets session id (and its client key). Callers hold mu_.
+  void ForgetLocked(int64_t id);
+  // Forgets the sessions the engine expired (session TTL, max sessions). Callers hold mu_.
+  void DropExpiredLocked();
 
   Engine& engine_;
   const Tokenizer& tok_;

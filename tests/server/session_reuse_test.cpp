@@ -18,7 +18,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -214,6 +216,58 @@ TEST(SessionReuse, EditedHistoryForksAndTheOriginalGoesOn) {
   // The forks copied the partial chunk at their fork points instead of recomputing it.
   EXPECT_GE(Metric(server.port(), "mnemo_cow_copies_total"), 1) << server.log();
   EXPECT_EQ(Metric(server.port(), "mnemo_cow_recomputes_total"), 0) << server.log();
+}
+
+}  // namespace
+}  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+// Waits (bounded) until the server holds no engine session: the engine expired them.
+bool WaitNoSessions(int port) {
+  for (int i = 0; i < 100; i++) {
+    if (Metric(port, "mnemo_sessions") == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// Sessions the engine expires (--session-ttl) lose their KV, not their conversations: the next
+// turn, whether named by previous_response_id or sent as a whole history, starts a new session
+// with its whole context (nothing cached), and the turn after that continues that session.
+TEST(SessionReuse, ExpiredSessionsContinueFromTheirHistory) {
+  ServerProcess server({"--api-key", "k", "--session-ttl", "1"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port(), "k");
+
+  Json r1 = c.Post("/v1/responses", {{"input", kUser[0]}, {"max_output_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(r1.is_object());
+  ASSERT_TRUE(WaitNoSessions(server.port())) << server.log();
+  Json r2 = c.Post("/v1/responses", {{"input", kUser[1]}, {"previous_response_id", r1["id"]},
+                                     {"max_output_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(r2.is_object()) << server.log();
+  EXPECT_EQ(r2["status"], "incomplete");  // cut at max_output_tokens: a real reply
+  EXPECT_EQ(r2["usage"]["input_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GT(r2["usage"]["input_tokens"].get<int>(),
+            r1["usage"]["input_tokens"].get<int>() + r1["usage"]["output_tokens"].get<int>() - 1);
+  Json r3 = c.Post("/v1/responses", {{"input", kUser[2]}, {"previous_response_id", r2["id"]},
+                                     {"max_output_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(r3.is_object());
+  EXPECT_GE(r3["usage"]["input_tokens_details"]["cached_tokens"].get<int>(),
+            r2["usage"]["input_tokens"].get<int>() + r2["usage"]["output_tokens"].get<int>() - 1);
+
+  Json msgs = Json::array({{{"role", "user"}, {"content", kUser[0]}}});
+  Json a = c.Post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(a.is_object());
+  msgs.push_back({{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
+  msgs.push_back({{"role", "user"}, {"content", kUser[1]}});
+  ASSERT_TRUE(WaitNoSessions(server.port())) << server.log();
+  Json b = c.Post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(b.is_object()) << server.log();
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  Json s = c.Get("/v1/sessions");
+  EXPECT_EQ(s["data"].size(), 1u) << s.dump();  // the expired ones are forgotten
 }
 
 }  // namespace
