@@ -314,7 +314,9 @@ TEST(Engine, ForkWithAFullComputeTierKeepsThePartialChunk) {
     EngineStats st = (*e)->Stats();
     EXPECT_EQ(st.cache.cow_copies, 1) << what;
     EXPECT_EQ(st.cache.cow_recomputes, 0) << what;
-    EXPECT_EQ(st.cache.evictions[0], 1) << what;  // one of b's chunks made room
+    // b's chunks made room: at least one (how many the background upkeep demotes as well
+    // depends on how many steps ran meanwhile).
+    EXPECT_GE(st.cache.evictions[0], 1) << what;
   }
 }
 
