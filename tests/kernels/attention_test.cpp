@@ -90,8 +90,9 @@ Seq MakeSeq(Pool& pool, std::vector<int32_t>& free_blocks, int n_ctx, int n_q, i
   return s;
 }
 
-// out[r] for query r of s, in double.
-std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, float scale) {
+// out[r] for query r of s, in double. With BF16 K/V the scores use q * scale rounded to bf16
+// (the kernels' contract, attention_internal.h), then exact products with the stored keys.
+std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, float scale, DType kv_dtype) {
   const int group = n_heads / n_kv;
   std::vector<double> out(s.q.size());
   for (size_t r = 0; r < s.q_pos.size(); r++) {
@@ -104,8 +105,13 @@ std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, fl
       for (int j = 0; j <= last; j++) {
         const float* k = s.k.data() + (size_t(j) * n_kv + g) * hd;
         double dot = 0;
-        for (int d = 0; d < hd; d++) dot += double(q[d]) * k[d];
-        sc[j] = dot * scale;
+        if (kv_dtype == DType::BF16) {
+          for (int d = 0; d < hd; d++) dot += double(Bf16ToF32(F32ToBf16(q[d] * scale))) * k[d];
+          sc[j] = dot;
+        } else {
+          for (int d = 0; d < hd; d++) dot += double(q[d]) * k[d];
+          sc[j] = dot * scale;
+        }
         mx = std::max(mx, sc[j]);
       }
       double sum = 0;
@@ -165,7 +171,7 @@ void CheckConfig(const Config& c, const std::vector<std::pair<int, int>>& ctx_q,
   auto batch = RunBatch(pool, ptrs, n_heads, scale);
   for (size_t i = 0; i < seqs.size(); i++) {
     SCOPED_TRACE(testing::Message() << "seq " << i << " n_ctx=" << seqs[i].n_ctx);
-    std::vector<double> ref = RefAttention(seqs[i], n_heads, c.n_kv, c.hd, scale);
+    std::vector<double> ref = RefAttention(seqs[i], n_heads, c.n_kv, c.hd, scale, c.dtype);
     double worst = 0;
     for (size_t k = 0; k < ref.size(); k++) {
       worst = std::max(worst, std::isfinite(batch[i][k]) ? std::fabs(batch[i][k] - ref[k]) : INFINITY);

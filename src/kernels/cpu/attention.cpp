@@ -54,7 +54,10 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t) {
     const int row = seq.q_begin + v / a.group;
     const int head = t.kv_head * a.group + v % a.group;
     const float* q = a.q + (size_t(row) * a.n_heads + head) * hd;
-    for (int d = 0; d < hd; d++) qs[size_t(i) * hd + d] = q[d] * a.scale;
+    for (int d = 0; d < hd; d++) {
+      const float v = q[d] * a.scale;
+      qs[size_t(i) * hd + d] = kv.dtype == DType::BF16 ? Bf16ToF32(F32ToBf16(v)) : v;
+    }
     std::fill(acc + size_t(i) * hd, acc + size_t(i + 1) * hd, 0.0f);
     m[i] = -std::numeric_limits<float>::max();
     l[i] = 0;
@@ -134,6 +137,7 @@ void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, i
   const CpuFeatures& f = detail::KernelFeatures();
   const bool fast = f.avx512f && f.f16c && kv.head_dim % 16 == 0 &&
                     kv.head_dim <= detail::kAttnMaxHeadDimAvx512;
+  a.bf16_dot = fast && f.avx512_bf16 && kv.dtype == DType::BF16 && kv.head_dim % 32 == 0;
   const int n_items = static_cast<int>(items.size());
   ThreadPool::Get().For(n_items, [&](int i) {
     if (fast) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention_internal.h"
@@ -30,6 +31,25 @@ inline __m512 LoadRow16(const void* base, size_t idx) {
     return LoadBf16x16(static_cast<const uint16_t*>(base) + idx);
   } else {
     return LoadF16x16(static_cast<const uint16_t*>(base) + idx);
+  }
+}
+
+// v rounded to the nearest bf16 (ties to even), as f32; AVX-512F only (as F32ToBf16 for finite
+// values; attention inputs are finite).
+inline __m512 RoundBf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int32_t(0xffff0000u))));
+}
+
+// The scaled query element the scores use (attention_internal.h, AttnArgs::bf16_dot).
+template <DType DT>
+inline float ScoreQuery(float q, float scale) {
+  if constexpr (DT == DType::BF16) {
+    return Bf16ToF32(F32ToBf16(q * scale));
+  } else {
+    return q * scale;
   }
 }
 
@@ -82,6 +102,7 @@ struct WideScratch {
   std::vector<float> s;   // [32][16] scores, then probabilities
   std::vector<float> kb;  // [32][hd] K block in f32
   std::vector<float> vb;  // [32][hd] V block in f32
+  std::vector<uint32_t> qt2;  // [hd / 2][16] pairs of bf16 queries (bf16_dot)
 };
 
 template <DType DT>
@@ -109,12 +130,22 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
     int row, head;
     VecRowHead(a, t, t.v0 + i, &row, &head);
     const float* q = a.q + (size_t(row) * a.n_heads + head) * hd;
-    for (int d = 0; d < hd; d++) qt[d * 16 + i] = q[d] * a.scale;
+    for (int d = 0; d < hd; d++) qt[d * 16 + i] = ScoreQuery<DT>(q[d], a.scale);
     last[i] = std::min(a.q_pos[row], seq.n_ctx - 1);
     kmax = std::max(kmax, last[i]);
     kmin = std::min(kmin, last[i]);
   }
   const __m512i vlast = _mm512_load_si512(last);
+  const bool dot = DT == DType::BF16 && a.bf16_dot;
+  if (dot) {  // qt holds bf16 values: the pairs are exact
+    ws.qt2.resize(size_t(hd / 2) * 16);
+    for (int dd = 0; dd < hd / 2; dd++) {
+      const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_loadu_ps(qt + 2 * dd * 16)), 16);
+      const __m512i hi = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(qt + (2 * dd + 1) * 16)),
+                                          _mm512_set1_epi32(int32_t(0xffff0000u)));
+      _mm512_storeu_si512(ws.qt2.data() + dd * 16, _mm512_or_si512(lo, hi));
+    }
+  }
   __m512 m = _mm512_set1_ps(-FLT_MAX), l = _mm512_setzero_ps();
   for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
     const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
@@ -125,7 +156,7 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
       kr = static_cast<const float*>(KvBlockPtr(kv, block, 0, t.kv_head));
       vr = static_cast<const float*>(KvBlockPtr(kv, block, 1, t.kv_head));
     } else {
-      ConvertRows<DT>(KvBlockPtr(kv, block, 0, t.kv_head), nvalid, hd, ws.kb.data());
+      if (!dot) ConvertRows<DT>(KvBlockPtr(kv, block, 0, t.kv_head), nvalid, hd, ws.kb.data());
       ConvertRows<DT>(KvBlockPtr(kv, block, 1, t.kv_head), nvalid, hd, ws.vb.data());
       kr = ws.kb.data();
       vr = ws.vb.data();
@@ -136,10 +167,22 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
     for (int j0 = 0; j0 < nvalid; j0 += 8) {
       __m512 s[8];
       for (int i = 0; i < 8; i++) s[i] = _mm512_setzero_ps();
-      const float* kj = kr + size_t(j0) * hd;
-      for (int d = 0; d < hd; d++) {
-        const __m512 qd = _mm512_loadu_ps(qt + d * 16);
-        for (int i = 0; i < 8; i++) s[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kj[i * hd + d]), s[i]);
+      if (dot) {  // q . k from the stored bf16 keys, two dimensions per instruction
+        const uint16_t* kj = static_cast<const uint16_t*>(KvBlockPtr(kv, block, 0, t.kv_head)) + size_t(j0) * hd;
+        for (int dd = 0; dd < hd / 2; dd++) {
+          const __m512bh qp = reinterpret_cast<__m512bh>(_mm512_loadu_si512(ws.qt2.data() + dd * 16));
+          for (int i = 0; i < 8; i++) {
+            int32_t pair;
+            std::memcpy(&pair, kj + size_t(i) * hd + 2 * dd, 4);
+            s[i] = _mm512_dpbf16_ps(s[i], qp, reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair)));
+          }
+        }
+      } else {
+        const float* kj = kr + size_t(j0) * hd;
+        for (int d = 0; d < hd; d++) {
+          const __m512 qd = _mm512_loadu_ps(qt + d * 16);
+          for (int i = 0; i < 8; i++) s[i] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kj[i * hd + d]), s[i]);
+        }
       }
       const int nk = std::min(8, nvalid - j0);
       for (int i = 0; i < nk; i++) {
@@ -246,7 +289,9 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     VecRowHead(a, t, t.v0 + i, &row, &head);
     const float* q = a.q + (size_t(row) * a.n_heads + head) * hd;
     for (int c = 0; c < C; c++) {
-      _mm512_store_ps(qs[i] + c * 16, _mm512_mul_ps(_mm512_loadu_ps(q + c * 16), scale));
+      __m512 qc = _mm512_mul_ps(_mm512_loadu_ps(q + c * 16), scale);
+      if constexpr (DT == DType::BF16) qc = RoundBf16(qc);  // as ScoreQuery
+      _mm512_store_ps(qs[i] + c * 16, qc);
       _mm512_store_ps(acc[i] + c * 16, _mm512_setzero_ps());
     }
     m[i] = -FLT_MAX;
@@ -256,6 +301,19 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     outp[i] = a.out + (size_t(row) * a.n_heads + head) * hd;
   }
   constexpr size_t row_bytes = size_t(hd) * (DT == DType::F32 ? 4 : 2);
+  // bf16 dot products need dimension pairs within a register: C even.
+  const bool dot = DT == DType::BF16 && C % 2 == 0 && a.bf16_dot;
+  __m512i qpair[kAttnNarrowVecs][(C + 1) / 2];  // dot: each query as 32 bf16 per register
+  if (dot) {
+    for (int i = 0; i < nvec; i++) {
+      for (int c2 = 0; c2 < C / 2; c2++) {
+        const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_load_ps(qs[i] + 32 * c2)), 16);
+        const __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(_mm512_load_ps(qs[i] + 32 * c2 + 16)), 16);
+        // 32 consecutive bf16: qs[32 c2 .. 32 c2 + 31] (exact: qs holds bf16 values).
+        qpair[i][c2] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)), _mm512_cvtepi32_epi16(hi), 1);
+      }
+    }
+  }
   for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
     const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
     const int32_t block = seq.block_table[k0 / kBlockTokens];
@@ -278,7 +336,7 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     } else {
       for (int j = 0; j < nvalid; j++) {
         for (int c = 0; c < C; c++) {
-          _mm512_store_ps(kf[j] + c * 16, LoadRow16<DT>(kr, size_t(j) * hd + c * 16));
+          if (!dot) _mm512_store_ps(kf[j] + c * 16, LoadRow16<DT>(kr, size_t(j) * hd + c * 16));
           _mm512_store_ps(vf[j] + c * 16, LoadRow16<DT>(vr, size_t(j) * hd + c * 16));
         }
       }
@@ -307,6 +365,16 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
         __m512 part[16];
         for (int jj = 0; jj < 16; jj++) {
           // Rows past lim (stale data) only reach lanes that the blend below discards.
+          if (dot) {  // lane l: q[2l] k[2l] + q[2l+1] k[2l+1], per 32 dimensions
+            const uint16_t* kj = static_cast<const uint16_t*>(kr) + size_t(h * 16 + jj) * hd;
+            __m512 d = _mm512_setzero_ps();
+            for (int c2 = 0; c2 < C / 2; c2++) {
+              d = _mm512_dpbf16_ps(d, reinterpret_cast<__m512bh>(qpair[i][c2]),
+                                   reinterpret_cast<__m512bh>(_mm512_loadu_si512(kj + 32 * c2)));
+            }
+            part[jj] = d;
+            continue;
+          }
           const float* kj = kp + size_t(h * 16 + jj) * hd;
           __m512 d = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
           for (int c = 1; c < C; c++) d = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + c * 16), d);

@@ -17,6 +17,10 @@ struct AttnArgs {
   int group;               // query heads per KV head (n_heads / n_kv_heads)
   float scale;             // applied to q . k
   float* out;              // [rows, n_heads, head_dim]
+  // BF16 K/V: scores use q * scale rounded to bf16 (every kernel, so results do not depend on
+  // which kernel or CPU ran), and with AVX512-BF16 the AVX-512 kernels take q . k with vdpbf16ps
+  // straight from the stored bf16 keys. F32 and F16 K/V: scores in f32 throughout.
+  bool bf16_dot = false;
 };
 
 // One task: the query vectors [v0, v1) of one sequence and one KV head. Vector v is query row
