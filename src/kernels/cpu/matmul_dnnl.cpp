@@ -2,12 +2,15 @@
 #include "kernels/cpu/matmul_dnnl.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <vector>
+
+#include "base/status.h"
 
 namespace mnemo::kernels::detail {
 namespace {
@@ -71,12 +74,24 @@ const Entry& GetPrimitive(const Key& key) {
 
 void Execute(const Entry& e, const void* w, const void* x, float* y) {
   thread_local dnnl::stream stream(Engine());
-  thread_local std::vector<char> scratch;
-  scratch.resize(std::max<size_t>(e.scratch.get_size(), 1));
+  // 64-byte aligned, as the library aligns its own scratchpads; grows to the largest need.
+  struct Scratch {
+    char* p = nullptr;
+    size_t size = 0;
+    ~Scratch() { std::free(p); }
+  };
+  thread_local Scratch scratch;
+  const size_t need = (std::max<size_t>(e.scratch.get_size(), 1) + 63) / 64 * 64;
+  if (scratch.size < need) {
+    std::free(scratch.p);
+    scratch.p = static_cast<char*>(std::aligned_alloc(64, need));
+    MNEMO_CHECK(scratch.p != nullptr);
+    scratch.size = need;
+  }
   dnnl::memory ms(e.src, Engine(), const_cast<void*>(x));
   dnnl::memory mw(e.wei, Engine(), const_cast<void*>(w));
   dnnl::memory md(e.dst, Engine(), y);
-  dnnl::memory mscratch(e.scratch, Engine(), scratch.data());
+  dnnl::memory mscratch(e.scratch, Engine(), scratch.p);
   e.prim.execute(stream, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md},
                           {DNNL_ARG_SCRATCHPAD, mscratch}});
   stream.wait();
