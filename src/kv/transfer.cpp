@@ -145,8 +145,9 @@ bool TransferEngine::RunJob(const Job& j) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t bytes = int64_t(lb) * n_layers;
-  if (op.dst == Tier::kT0) stats_.bytes_in += bytes;
-  if (op.src == Tier::kT0) stats_.bytes_out += bytes;
+  // A copy within T0 (copy-on-write of a fork's partial chunk) moves nothing between tiers.
+  if (op.dst == Tier::kT0 && op.src != Tier::kT0) stats_.bytes_in += bytes;
+  if (op.src == Tier::kT0 && op.dst != Tier::kT0) stats_.bytes_out += bytes;
   if (op.dst == Tier::kT2) stats_.bytes_disk_w += bytes;
   if (op.src == Tier::kT2) stats_.bytes_disk_r += bytes;
   return ok;
