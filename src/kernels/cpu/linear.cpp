@@ -14,6 +14,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/matmul_dnnl.h"
+#include "kernels/cpu/parallel.h"
 
 namespace mnemo::kernels {
 namespace {
@@ -70,17 +71,6 @@ void ParallelRows(int out, int align, Fn fn) {
   ThreadPool::Get().For(n_chunks, [&](int c) { fn(c * chunk, std::min(out, (c + 1) * chunk)); });
 }
 
-// Runs fn(j0, j1) over activation rows [0, n), in parallel once there are enough elements
-// (~64 K) to pay for it: converting a prefill batch is otherwise ~10% of a q8_0 GEMM.
-template <class Fn>
-void ParallelActRows(int n, int in, Fn fn) {
-  const int threads = NumThreads();
-  if (threads == 1 || n < 2 || size_t(n) * in < (size_t(1) << 16)) return fn(0, n);
-  ThreadPool::Get().For(threads, [&](int t) {
-    const int j0 = int(int64_t(n) * t / threads), j1 = int(int64_t(n) * (t + 1) / threads);
-    if (j1 > j0) fn(j0, j1);
-  });
-}
 
 }  // namespace
 
@@ -158,7 +148,8 @@ void Linear::Forward(const float* x, int n, float* y) const {
     uint8_t* xq_p = xq.data();
     float* xd_p = xd.data();
     const int nb = m.in / kQ8Block;
-    ParallelActRows(n, m.in, [&](int j0, int j1) {
+    // Quantising a prefill batch serially would be ~10% of the q8_0 GEMM.
+    ForRowRanges(n, m.in, [&](int j0, int j1) {
       k.quant_q8(x + size_t(j0) * m.in, j1 - j0, m.in, xq_p + size_t(j0) * m.in, xd_p + size_t(j0) * nb);
     });
     ParallelRows(m.out, kQ8PanelOut, [&](int o0, int o1) {
@@ -170,7 +161,7 @@ void Linear::Forward(const float* x, int n, float* y) const {
   thread_local std::vector<uint16_t> xb;  // [n, in_pad] bf16, zero padded
   xb.resize(size_t(n) * s.in_pad);
   uint16_t* xb_w = xb.data();  // see the q8 case
-  ParallelActRows(n, m.in, [&](int j0, int j1) {
+  ForRowRanges(n, m.in, [&](int j0, int j1) {
     for (int j = j0; j < j1; j++) {
       k.to_bf16(x + size_t(j) * m.in, xb_w + size_t(j) * s.in_pad, m.in);
       std::fill(xb_w + size_t(j) * s.in_pad + m.in, xb_w + size_t(j + 1) * s.in_pad, uint16_t(0));

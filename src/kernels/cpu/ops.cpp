@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops_internal.h"
+#include "kernels/cpu/parallel.h"
 
 namespace mnemo::kernels {
 namespace {
@@ -17,23 +18,12 @@ bool UseAvx512() {
   return yes;
 }
 
-// Runs fn(i0, i1) over row ranges, in parallel once the rows hold enough elements to pay for
-// waking the threads (~64 K elements).
-template <class Fn>
-void ForRows(int n, size_t row_elems, Fn fn) {
-  const int threads = NumThreads();
-  if (threads == 1 || n < 2 || size_t(n) * row_elems < (size_t(1) << 16)) return fn(0, n);
-  ThreadPool::Get().For(threads, [&](int t) {
-    const int i0 = int(int64_t(n) * t / threads), i1 = int(int64_t(n) * (t + 1) / threads);
-    if (i1 > i0) fn(i0, i1);
-  });
-}
 
 }  // namespace
 
 void RmsNorm(const float* x, const float* w, int n, int dim, float eps, float* y) {
   if (UseAvx512()) {
-    return ForRows(n, dim, [&](int i0, int i1) {
+    return detail::ForRowRanges(n, dim, [&](int i0, int i1) {
       detail::RmsNormAvx512(x + size_t(i0) * dim, w, i1 - i0, dim, eps, y + size_t(i0) * dim);
     });
   }
@@ -85,7 +75,7 @@ void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int ro
 
 void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
   if (UseAvx512()) {
-    return ForRows(n, 2 * size_t(ffn), [&](int i0, int i1) {
+    return detail::ForRowRanges(n, 2 * size_t(ffn), [&](int i0, int i1) {
       detail::SwiGluAvx512(gate_up + size_t(i0) * 2 * ffn, i1 - i0, ffn, out + size_t(i0) * ffn);
     });
   }
