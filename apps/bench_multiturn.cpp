@@ -40,15 +40,6 @@ struct TurnRecord {
   TurnResult result;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double idx = p * (v.size() - 1);
-  size_t lo = static_cast<size_t>(idx);
-  size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
-}
-
 long PeakRssMb() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -120,15 +120,6 @@ const Json& Get(const Json& j, const char* key) {
 
 std::string Str(const Json& j) { return j.is_string() ? j.get<std::string>() : std::string(); }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  double idx = p * (v.size() - 1);
-  size_t lo = static_cast<size_t>(idx);
-  size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
-}
-
 Json Percentiles(const std::vector<double>& v) {
   double mean = 0;
   for (double x : v) mean += x;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <vector>
 
 #include "workload/workload.h"
 
@@ -48,5 +49,8 @@ void RegisterServe(CLI::App& app);
 
 // Progress messages on stderr, only when stderr is a terminal.
 void Progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The p-quantile (0..1) of v, linearly interpolated between order statistics; 0 when v is empty.
+double Percentile(std::vector<double> v, double p);
 
 }  // namespace mnemo::app

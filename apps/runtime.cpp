@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -42,6 +43,15 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-context", f->max_context, "positions per session (default: the model's)");
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds before an idle session is deleted; 0 = never");
   cmd->add_option("--max-sessions", f->max_sessions, "sessions kept at most; 0 = no bound");
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double idx = p * (v.size() - 1);
+  size_t lo = static_cast<size_t>(idx);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - lo);
 }
 
 void AddWorkloadFlags(CLI::App* cmd, WorkloadConfig* w, int* users, double* rate) {
