@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "base/quant_blocks.h"
+#include "base/status.h"
+
 namespace mnemo {
 
 const char* DTypeName(DType t) {
@@ -10,12 +13,23 @@ const char* DTypeName(DType t) {
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
     case DType::Q8_0: return "q8_0";
+    case DType::Q4_0: return "q4_0";
+    case DType::Q4_1: return "q4_1";
+    case DType::Q5_0: return "q5_0";
+    case DType::Q5_1: return "q5_1";
+    case DType::Q2_K: return "q2_K";
+    case DType::Q3_K: return "q3_K";
+    case DType::Q4_K: return "q4_K";
+    case DType::Q5_K: return "q5_K";
+    case DType::Q6_K: return "q6_K";
+    case DType::IQ4_NL: return "iq4_nl";
+    case DType::IQ4_XS: return "iq4_xs";
   }
   return "?";
 }
 
 bool ParseDType(std::string_view name, DType* out) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) {
+  for (DType t : kAllDTypes) {
     if (name == DTypeName(t)) {
       *out = t;
       return true;
@@ -24,15 +38,38 @@ bool ParseDType(std::string_view name, DType* out) {
   return false;
 }
 
-size_t DTypeBytes(DType t, size_t n) {
+int DTypeBlockElems(DType t) {
   switch (t) {
-    case DType::F32: return 4 * n;
-    case DType::F16:
-    case DType::BF16: return 2 * n;
-    case DType::Q8_0: return n / kQ8Block * sizeof(BlockQ8_0);
+    case DType::F32: case DType::F16: case DType::BF16: return 1;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+    case DType::IQ4_NL: return kQK;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_XS: return kQKK;
   }
   return 0;
 }
+
+int DTypeBlockBytes(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::Q8_0: return sizeof(BlockQ8_0);
+    case DType::Q4_0: return sizeof(BlockQ4_0);
+    case DType::Q4_1: return sizeof(BlockQ4_1);
+    case DType::Q5_0: return sizeof(BlockQ5_0);
+    case DType::Q5_1: return sizeof(BlockQ5_1);
+    case DType::Q2_K: return sizeof(BlockQ2_K);
+    case DType::Q3_K: return sizeof(BlockQ3_K);
+    case DType::Q4_K: return sizeof(BlockQ4_K);
+    case DType::Q5_K: return sizeof(BlockQ5_K);
+    case DType::Q6_K: return sizeof(BlockQ6_K);
+    case DType::IQ4_NL: return sizeof(BlockIQ4_NL);
+    case DType::IQ4_XS: return sizeof(BlockIQ4_XS);
+  }
+  return 0;
+}
+
+size_t DTypeBytes(DType t, size_t n) { return n / DTypeBlockElems(t) * DTypeBlockBytes(t); }
 
 float F16ToF32(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000) << 16;
@@ -107,7 +144,10 @@ void ToF32(DType t, const void* src, float* dst, size_t n) {
       }
       return;
     }
+    default:
+      break;
   }
+  MNEMO_CHECK_MSG(false, std::string("ToF32: no decoder for ") + DTypeName(t));
 }
 
 void FromF32(DType t, const float* src, void* dst, size_t n) {
@@ -138,7 +178,10 @@ void FromF32(DType t, const float* src, void* dst, size_t n) {
       }
       return;
     }
+    default:
+      break;
   }
+  MNEMO_CHECK_MSG(false, std::string("FromF32: no quantiser for ") + DTypeName(t));
 }
 
 }  // namespace mnemo
