@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "base/quant.h"
 #include "base/quant_blocks.h"
 #include "base/status.h"
 
@@ -136,18 +137,12 @@ void ToF32(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; i++) dst[i] = Bf16ToF32(s[i]);
       return;
     }
-    case DType::Q8_0: {
-      auto* b = static_cast<const BlockQ8_0*>(src);
-      for (size_t i = 0; i < n / kQ8Block; i++) {
-        float d = F16ToF32(b[i].d);
-        for (int j = 0; j < kQ8Block; j++) dst[i * kQ8Block + j] = d * b[i].q[j];
-      }
-      return;
-    }
     default:
-      break;
+      MNEMO_CHECK_MSG(n % size_t(DTypeBlockElems(t)) == 0,
+                      std::string("ToF32: element count not a whole number of blocks of ") + DTypeName(t));
+      DequantizeBlocks(t, src, dst, n);
+      return;
   }
-  MNEMO_CHECK_MSG(false, std::string("ToF32: no decoder for ") + DTypeName(t));
 }
 
 void FromF32(DType t, const float* src, void* dst, size_t n) {
@@ -165,23 +160,12 @@ void FromF32(DType t, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; i++) d[i] = F32ToBf16(src[i]);
       return;
     }
-    case DType::Q8_0: {
-      auto* b = static_cast<BlockQ8_0*>(dst);
-      for (size_t i = 0; i < n / kQ8Block; i++) {
-        const float* x = src + i * kQ8Block;
-        float amax = 0;
-        for (int j = 0; j < kQ8Block; j++) amax = std::fmax(amax, std::fabs(x[j]));
-        float d = amax / 127.0f;
-        float id = d != 0 ? 1.0f / d : 0.0f;
-        b[i].d = F32ToF16(d);
-        for (int j = 0; j < kQ8Block; j++) b[i].q[j] = int8_t(std::lround(x[j] * id));
-      }
-      return;
-    }
     default:
-      break;
+      MNEMO_CHECK_MSG(n % size_t(DTypeBlockElems(t)) == 0,
+                      std::string("FromF32: element count not a whole number of blocks of ") + DTypeName(t));
+      QuantizeBlocks(t, src, dst, n);
+      return;
   }
-  MNEMO_CHECK_MSG(false, std::string("FromF32: no quantiser for ") + DTypeName(t));
 }
 
 }  // namespace mnemo
