@@ -90,19 +90,25 @@ Seq MakeSeq(Pool& pool, std::vector<int32_t>& free_blocks, int n_ctx, int n_q, i
   return s;
 }
 
+// First key visible to a query at p: positions in (p - window, p] (llama.cpp masks a key at
+// p0 when p - p0 >= window).
+int FirstKey(int p, int window) { return window > 0 ? std::max(0, p - window + 1) : 0; }
+
 // out[r] for query r of s, in double. With BF16 K/V the scores use q * scale rounded to bf16
 // (the kernels' contract, attention_internal.h), then exact products with the stored keys.
-std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, float scale, DType kv_dtype) {
+std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, float scale, DType kv_dtype,
+                                 const AttnOptions& opt) {
   const int group = n_heads / n_kv;
   std::vector<double> out(s.q.size());
   for (size_t r = 0; r < s.q_pos.size(); r++) {
     const int last = std::min(s.q_pos[r], s.n_ctx - 1);
+    const int first = FirstKey(s.q_pos[r], opt.window);
     for (int h = 0; h < n_heads; h++) {
       const int g = h / group;
       const float* q = s.q.data() + (r * n_heads + h) * hd;
       std::vector<double> sc(last + 1);
       double mx = -INFINITY;
-      for (int j = 0; j <= last; j++) {
+      for (int j = first; j <= last; j++) {
         const float* k = s.k.data() + (size_t(j) * n_kv + g) * hd;
         double dot = 0;
         if (kv_dtype == DType::BF16) {
@@ -112,13 +118,14 @@ std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, fl
           for (int d = 0; d < hd; d++) dot += double(q[d]) * k[d];
           sc[j] = dot * scale;
         }
+        if (opt.softcap > 0) sc[j] = opt.softcap * std::tanh(sc[j] / opt.softcap);
         mx = std::max(mx, sc[j]);
       }
       double sum = 0;
-      for (int j = 0; j <= last; j++) sum += (sc[j] = std::exp(sc[j] - mx));
+      for (int j = first; j <= last; j++) sum += (sc[j] = std::exp(sc[j] - mx));
       for (int d = 0; d < hd; d++) {
         double acc = 0;
-        for (int j = 0; j <= last; j++) acc += sc[j] * s.v[(size_t(j) * n_kv + g) * hd + d];
+        for (int j = first; j <= last; j++) acc += sc[j] * s.v[(size_t(j) * n_kv + g) * hd + d];
         out[(r * n_heads + h) * hd + d] = acc / sum;
       }
     }
@@ -128,7 +135,7 @@ std::vector<double> RefAttention(const Seq& s, int n_heads, int n_kv, int hd, fl
 
 // Runs PagedAttention over seqs in one batched call; returns out per sequence.
 std::vector<std::vector<float>> RunBatch(const Pool& pool, const std::vector<Seq*>& seqs,
-                                         int n_heads, float scale) {
+                                         int n_heads, float scale, const AttnOptions& opt = {}) {
   const int hd = pool.kv.head_dim;
   std::vector<float> q;
   std::vector<int32_t> pos;
@@ -139,7 +146,7 @@ std::vector<std::vector<float>> RunBatch(const Pool& pool, const std::vector<Seq
     pos.insert(pos.end(), s->q_pos.begin(), s->q_pos.end());
   }
   std::vector<float> out(q.size(), NAN);
-  PagedAttention(q.data(), pos.data(), as.data(), int(as.size()), pool.kv, n_heads, scale, out.data());
+  PagedAttention(q.data(), pos.data(), as.data(), int(as.size()), pool.kv, n_heads, scale, out.data(), opt);
   std::vector<std::vector<float>> res;
   for (size_t i = 0; i < seqs.size(); i++) {
     auto b = out.begin() + size_t(as[i].q_begin) * n_heads * hd;
@@ -153,9 +160,27 @@ struct Config {
   int n_kv, group, hd;
 };
 
-void CheckConfig(const Config& c, const std::vector<std::pair<int, int>>& ctx_q, uint64_t seed) {
+// Points the table entries of blocks that hold no key visible to any query of s (outside every
+// window) at a block of NaN: the kernels must skip such blocks without reading them.
+void PoisonHiddenBlocks(Pool& pool, Seq& s, int32_t nan_block, int window) {
+  for (size_t b = 0; b < s.table.size(); b++) {
+    const int k0 = int(b) * kBlockTokens;
+    bool seen = false;
+    for (int p : s.q_pos) {
+      const int last = std::min(p, s.n_ctx - 1);
+      seen = seen || (FirstKey(p, window) < k0 + kBlockTokens && last >= k0);
+    }
+    if (!seen) s.table[b] = nan_block;
+  }
+  const size_t n = size_t(2) * pool.kv.n_kv_heads * kBlockTokens * pool.kv.head_dim;
+  std::vector<float> nan(n, NAN);
+  FromF32(pool.kv.dtype, nan.data(), pool.mem.data() + DTypeBytes(pool.kv.dtype, size_t(nan_block) * n), n);
+}
+
+void CheckConfig(const Config& c, const std::vector<std::pair<int, int>>& ctx_q, uint64_t seed,
+                 const AttnOptions& opt = {}) {
   SCOPED_TRACE(testing::Message() << DTypeName(c.dtype) << " n_kv=" << c.n_kv << " group=" << c.group
-                                  << " hd=" << c.hd);
+                                  << " hd=" << c.hd << " window=" << opt.window << " softcap=" << opt.softcap);
   Rng rng(seed);
   const int n_heads = c.n_kv * c.group;
   int total_blocks = 0;
@@ -165,20 +190,23 @@ void CheckConfig(const Config& c, const std::vector<std::pair<int, int>>& ctx_q,
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
   std::vector<Seq> seqs;
   for (auto [n_ctx, n_q] : ctx_q) seqs.push_back(MakeSeq(pool, free_blocks, n_ctx, n_q, n_heads, rng));
+  if (opt.window > 0) {
+    for (Seq& s : seqs) PoisonHiddenBlocks(pool, s, free_blocks.back(), opt.window);
+  }
   const float scale = 1.0f / std::sqrt(float(c.hd));
   std::vector<Seq*> ptrs;
   for (Seq& s : seqs) ptrs.push_back(&s);
-  auto batch = RunBatch(pool, ptrs, n_heads, scale);
+  auto batch = RunBatch(pool, ptrs, n_heads, scale, opt);
   for (size_t i = 0; i < seqs.size(); i++) {
     SCOPED_TRACE(testing::Message() << "seq " << i << " n_ctx=" << seqs[i].n_ctx);
-    std::vector<double> ref = RefAttention(seqs[i], n_heads, c.n_kv, c.hd, scale, c.dtype);
+    std::vector<double> ref = RefAttention(seqs[i], n_heads, c.n_kv, c.hd, scale, c.dtype, opt);
     double worst = 0;
     for (size_t k = 0; k < ref.size(); k++) {
       worst = std::max(worst, std::isfinite(batch[i][k]) ? std::fabs(batch[i][k] - ref[k]) : INFINITY);
     }
     EXPECT_LT(worst, 2e-5);
     // A sequence alone gives bit-identical results to the same sequence in the batch.
-    auto alone = RunBatch(pool, {&seqs[i]}, n_heads, scale);
+    auto alone = RunBatch(pool, {&seqs[i]}, n_heads, scale, opt);
     EXPECT_EQ(alone[0], batch[i]);
   }
 }
@@ -229,6 +257,52 @@ TEST(CpuPagedAttention, OtherHeadDims) {
   CheckConfig({DType::BF16, 1, 3, 24}, {{70, 20}, {33, 1}}, 31);
   CheckConfig({DType::F16, 2, 4, 16}, {{50, 50}, {5, 1}}, 32);
   CheckConfig({DType::F32, 1, 4, 128}, {{90, 90}, {200, 1}}, 33);
+}
+
+// Sliding windows: shorter than, equal to and longer than a block, 1 (self only), and longer than
+// every context (same as none). Blocks outside every window are NaN and must not be read.
+TEST(CpuPagedAttention, SlidingWindow) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (int window : {1, 5, 32, 33, 100, 1000}) {
+      for (int group : {1, 4}) {
+        CheckConfig({t, 2, group, 64}, {{1, 1}, {257, 1}, {100, 1}, {64, 1}}, 50 + window + group, {window, 0});
+        CheckConfig({t, 2, group, 64}, {{150, 150}, {45, 7}, {300, 1}, {200, 33}, {130, 3}}, 60 + window + group,
+                    {window, 0});
+      }
+    }
+  }
+  CheckConfig({DType::F32, 2, 2, 8}, {{90, 90}, {70, 1}}, 70, {17, 0});     // portable kernel only
+  CheckConfig({DType::BF16, 1, 3, 24}, {{170, 20}, {65, 1}}, 71, {40, 0});  // portable kernel only
+  CheckConfig({DType::F32, 1, 2, 256}, {{150, 40}, {100, 1}}, 72, {32, 0});  // wide kernel for decode
+}
+
+// Attention-logit soft-caps small enough to change most scores (scores here are ~N(0, 1)), alone
+// and with a window.
+TEST(CpuPagedAttention, SoftCap) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    for (float cap : {0.5f, 2.0f, 50.0f}) {
+      for (int window : {0, 20}) {
+        CheckConfig({t, 2, 2, 64}, {{150, 150}, {45, 7}, {300, 1}, {70, 1}}, 80 + int(cap) + window, {window, cap});
+      }
+    }
+  }
+  CheckConfig({DType::F32, 2, 2, 8}, {{40, 40}, {9, 1}}, 90, {0, 1.5f});
+  CheckConfig({DType::F16, 1, 2, 128}, {{70, 30}, {90, 1}}, 91, {10, 1.5f});
+}
+
+// A window changes the result (the test above is not vacuous) and a soft-cap changes it too.
+TEST(CpuPagedAttention, WindowAndCapChangeResults) {
+  Rng rng(95);
+  const int n_kv = 1, hd = 64, n_heads = 2;
+  Pool pool(DType::F32, 10, n_kv, hd, rng);
+  std::vector<int32_t> free_blocks(10);
+  std::iota(free_blocks.begin(), free_blocks.end(), 0);
+  Seq a = MakeSeq(pool, free_blocks, 200, 1, n_heads, rng);
+  a.q_pos = {150};
+  auto plain = RunBatch(pool, {&a}, n_heads, 0.125f);
+  EXPECT_NE(plain, RunBatch(pool, {&a}, n_heads, 0.125f, {40, 0}));
+  EXPECT_NE(plain, RunBatch(pool, {&a}, n_heads, 0.125f, {0, 1.0f}));
+  EXPECT_EQ(plain, RunBatch(pool, {&a}, n_heads, 0.125f, {151, 0}));  // the window holds every key
 }
 
 TEST(CpuPagedAttention, SameResultWithOneThread) {

@@ -47,8 +47,8 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t) {
   float* kb = acc + size_t(nvec) * hd;                 // [32, hd] K block in f32
   float* vb = kb + size_t(kBlockTokens) * hd;          // [32, hd] V block in f32
   float m[kAttnTileVecs], l[kAttnTileVecs];            // running max and sum per vector
-  int last[kAttnTileVecs];                             // last visible key per vector
-  int kmax = -1;
+  int first[kAttnTileVecs], last[kAttnTileVecs];      // visible keys per vector: [first, last]
+  int kmin = INT32_MAX, kmax = -1;
   for (int i = 0; i < nvec; i++) {
     const int v = t.v0 + i;
     const int row = seq.q_begin + v / a.group;
@@ -62,23 +62,28 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t) {
     m[i] = -std::numeric_limits<float>::max();
     l[i] = 0;
     last[i] = std::min(a.q_pos[row], seq.n_ctx - 1);
+    first[i] = FirstVisibleKey(a.q_pos[row], a.window);
     kmax = std::max(kmax, last[i]);
+    kmin = std::min(kmin, first[i]);
   }
-  for (int b = 0; b * kBlockTokens <= kmax; b++) {
+  for (int b = std::max(kmin, 0) / kBlockTokens; b * kBlockTokens <= kmax; b++) {
     const int k0 = b * kBlockTokens;
+    if (!BlockVisible(first, last, nvec, k0)) continue;
     const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
     const int32_t block = seq.block_table[b];
     ToF32(kv.dtype, KvBlockPtr(kv, block, 0, t.kv_head), kb, size_t(nvalid) * hd);
     ToF32(kv.dtype, KvBlockPtr(kv, block, 1, t.kv_head), vb, size_t(nvalid) * hd);
     for (int i = 0; i < nvec; i++) {
-      const int lim = std::min(nvalid, last[i] - k0 + 1);  // keys of this block visible to i
-      if (lim <= 0) continue;
+      const int j0 = std::max(0, first[i] - k0);           // keys of this block visible to i:
+      const int lim = std::min(nvalid, last[i] - k0 + 1);  // [j0, lim)
+      if (lim <= j0) continue;
       const float* qi = qs + size_t(i) * hd;
       float s[kBlockTokens];
       float mb = m[i];
-      for (int j = 0; j < lim; j++) {
+      for (int j = j0; j < lim; j++) {
         float dot = 0;
         for (int d = 0; d < hd; d++) dot += qi[d] * kb[size_t(j) * hd + d];
+        if (a.softcap > 0) dot = a.softcap * std::tanh(dot / a.softcap);
         s[j] = dot;
         mb = std::max(mb, dot);
       }
@@ -86,7 +91,7 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t) {
       float* ai = acc + size_t(i) * hd;
       for (int d = 0; d < hd; d++) ai[d] *= corr;
       float sum = 0;
-      for (int j = 0; j < lim; j++) {
+      for (int j = j0; j < lim; j++) {
         const float p = expf(s[j] - mb);
         sum += p;
         for (int d = 0; d < hd; d++) ai[d] += p * vb[size_t(j) * hd + d];
@@ -108,10 +113,13 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t) {
 }  // namespace detail
 
 void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, int n_seqs,
-                    const PagedKvLayer& kv, int n_heads, float scale, float* out) {
+                    const PagedKvLayer& kv, int n_heads, float scale, float* out,
+                    const AttnOptions& opt) {
   MNEMO_CHECK(kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0);
   MNEMO_CHECK(kv.dtype == DType::F32 || kv.dtype == DType::F16 || kv.dtype == DType::BF16);
-  detail::AttnArgs a{q, q_pos, seqs, &kv, n_heads, n_heads / kv.n_kv_heads, scale, out};
+  MNEMO_CHECK(opt.window >= 0 && opt.softcap >= 0);
+  detail::AttnArgs a{q, q_pos, seqs, &kv, n_heads, n_heads / kv.n_kv_heads, scale, opt.window,
+                     opt.softcap, out};
   // Tasks, most expensive first (cost ~ number of keys read), for dynamic scheduling.
   struct Item {
     detail::AttnTask task;
@@ -124,11 +132,16 @@ void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, i
     const int tile = nvec <= detail::kAttnNarrowVecs ? nvec : detail::kAttnTileVecs;
     for (int v0 = 0; v0 < nvec; v0 += tile) {
       const int v1 = std::min(nvec, v0 + tile);
-      int kmax = -1;
-      for (int v = v0; v < v1; v++) kmax = std::max(kmax, q_pos[seq.q_begin + v / a.group]);
+      int kmax = -1, kmin = INT32_MAX;
+      for (int v = v0; v < v1; v++) {
+        const int p = q_pos[seq.q_begin + v / a.group];
+        kmax = std::max(kmax, p);
+        kmin = std::min(kmin, detail::FirstVisibleKey(p, opt.window));
+      }
       kmax = std::min(kmax, seq.n_ctx - 1);
+      const int64_t keys = std::max(0, kmax - kmin + 1) + kBlockTokens;  // an upper bound
       for (int h = 0; h < kv.n_kv_heads; h++) {
-        items.push_back({{s, h, v0, v1}, int64_t(kmax + kBlockTokens) * (v1 - v0)});
+        items.push_back({{s, h, v0, v1}, keys * (v1 - v0)});
       }
     }
   }

@@ -29,12 +29,27 @@ struct AttnSeq {
   int n_q;                     // number of query rows
 };
 
-// out[r] = softmax(q[r] . K[0..p]^T * scale) V[0..p] for every query row r at position p = q_pos[r]
-// of its sequence (causal by absolute position: keys at positions <= min(p, n_ctx - 1)).
-// Query head h reads KV head h / (n_heads / n_kv_heads) (GQA).
+// Per-call options of PagedAttention; the defaults give plain causal attention.
+struct AttnOptions {
+  // Sliding window in tokens: > 0, a query at position p sees only keys at positions in
+  // (p - window, p] (a key at p - window is hidden: llama.cpp's LLAMA_SWA_TYPE_STANDARD mask);
+  // 0, every key at positions <= p.
+  int window = 0;
+  // Attention-logit soft-cap: > 0, every score s = q . k * scale becomes softcap * tanh(s / softcap)
+  // before the mask and the softmax (Gemma 2); 0, none.
+  float softcap = 0.0f;
+};
+
+// out[r] = softmax(q[r] . K^T * scale) V over the keys visible to query row r at position
+// p = q_pos[r] of its sequence: positions <= min(p, n_ctx - 1) (causal by absolute position), and
+// > p - opt.window with a sliding window. Query head h reads KV head h / (n_heads / n_kv_heads) (GQA).
 // q, out: [rows, n_heads, head_dim]. Online softmax over key tiles: memory is O(tile), never
-// [n_q x n_ctx]. Parallel over (sequence, kv head, query tile) with NumThreads() threads.
+// [n_q x n_ctx]. Blocks holding no key visible to any query of a task are skipped, their
+// block_table entries never read (a window's cost is O(window), not O(p)). Parallel over
+// (sequence, kv head, query tile) with NumThreads() threads. A query that sees no key (possible
+// only with n_ctx <= 0) gets zeros.
 void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, int n_seqs,
-                    const PagedKvLayer& kv, int n_heads, float scale, float* out);
+                    const PagedKvLayer& kv, int n_heads, float scale, float* out,
+                    const AttnOptions& opt = {});
 
 }  // namespace mnemo::kernels

@@ -53,6 +53,19 @@ inline float ScoreQuery(float q, float scale) {
   }
 }
 
+// tanh(x) = 1 - 2 / (e^2x + 1): absolute error ~3e-7 (Exp512's), exact -1 / 1 in the tails
+// (Exp512 flushes to 0 and saturates).
+inline __m512 Tanh512(__m512 x) {
+  const __m512 e = Exp512(_mm512_add_ps(x, x));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+}
+
+// AttnOptions::softcap applied to 16 scores (cap > 0).
+inline __m512 SoftCap(__m512 s, float cap) {
+  return _mm512_mul_ps(_mm512_set1_ps(cap), Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / cap))));
+}
+
 // rows x hd elements of DT at src -> f32 at dst (hd a multiple of 16).
 template <DType DT>
 void ConvertRows(const void* src, int rows, int hd, float* dst) {
@@ -122,20 +135,27 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
   float* qt = ws.qt.data();
   float* ot = ws.ot.data();
   float* sp = ws.s.data();
-  alignas(64) int32_t last[16];  // last visible key per lane, -1 for unused lanes
-  int kmax = -1, kmin = INT32_MAX;
+  // Visible keys per lane: [first, last]; last = -1 for unused lanes.
+  alignas(64) int32_t first[16], last[16];
+  int kmax = -1, kmin = INT32_MAX;              // max and min of last
+  int first_min = INT32_MAX, first_max = 0;      // min and max of first
   for (int i = 0; i < 16; i++) {
     last[i] = -1;
+    first[i] = 0;
     if (i >= nvec) continue;
     int row, head;
     VecRowHead(a, t, t.v0 + i, &row, &head);
     const float* q = a.q + (size_t(row) * a.n_heads + head) * hd;
     for (int d = 0; d < hd; d++) qt[d * 16 + i] = ScoreQuery<DT>(q[d], a.scale);
     last[i] = std::min(a.q_pos[row], seq.n_ctx - 1);
+    first[i] = FirstVisibleKey(a.q_pos[row], a.window);
     kmax = std::max(kmax, last[i]);
     kmin = std::min(kmin, last[i]);
+    first_min = std::min(first_min, first[i]);
+    first_max = std::max(first_max, first[i]);
   }
   const __m512i vlast = _mm512_load_si512(last);
+  const __m512i vfirst = _mm512_load_si512(first);
   const bool dot = DT == DType::BF16 && a.bf16_dot;
   if (dot) {  // qt holds bf16 values: the pairs are exact
     ws.qt2.resize(size_t(hd / 2) * 16);
@@ -147,7 +167,12 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
     }
   }
   __m512 m = _mm512_set1_ps(-FLT_MAX), l = _mm512_setzero_ps();
-  for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
+  for (int k0 = first_min / kBlockTokens * kBlockTokens; k0 <= kmax; k0 += kBlockTokens) {
+    // Lanes that see a key of this block; none: skip it (outside every window).
+    const __mmask16 seen = _mm512_cmpge_epi32_mask(vlast, _mm512_set1_epi32(k0)) &
+                           _mm512_cmple_epi32_mask(vfirst, _mm512_set1_epi32(k0 + kBlockTokens - 1)) &
+                           _mm512_cmple_epi32_mask(vfirst, vlast);
+    if (seen == 0) continue;
     const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
     const int32_t block = seq.block_table[k0 / kBlockTokens];
     const float* kr;
@@ -162,7 +187,7 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
       vr = ws.vb.data();
     }
     // Scores, 8 keys at a time (rows past nvalid are computed on stale data and never used).
-    const bool need_mask = k0 + nvalid - 1 > kmin;
+    const bool need_mask = k0 + nvalid - 1 > kmin || first_max > k0;
     __m512 mb = m;
     for (int j0 = 0; j0 < nvalid; j0 += 8) {
       __m512 s[8];
@@ -186,8 +211,10 @@ void WideTask(const AttnArgs& a, const AttnTask& t) {
       }
       const int nk = std::min(8, nvalid - j0);
       for (int i = 0; i < nk; i++) {
+        if (a.softcap > 0) s[i] = SoftCap(s[i], a.softcap);
         if (need_mask) {
-          const __mmask16 vis = _mm512_cmpge_epi32_mask(vlast, _mm512_set1_epi32(k0 + j0 + i));
+          const __m512i key = _mm512_set1_epi32(k0 + j0 + i);
+          const __mmask16 vis = _mm512_cmpge_epi32_mask(vlast, key) & _mm512_cmple_epi32_mask(vfirst, key);
           s[i] = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), s[i]);
         }
         mb = _mm512_max_ps(mb, s[i]);
@@ -280,9 +307,9 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
   alignas(64) float kf[DT == DType::F32 ? 1 : kBlockTokens][hd];  // K block in f32
   alignas(64) float vf[DT == DType::F32 ? 1 : kBlockTokens][hd];  // V block in f32
   float m[kAttnNarrowVecs], l[kAttnNarrowVecs], corr[kAttnNarrowVecs];
-  int last[kAttnNarrowVecs];  // last visible key per vector
+  int first[kAttnNarrowVecs], last[kAttnNarrowVecs];  // visible keys per vector: [first, last]
   float* outp[kAttnNarrowVecs];
-  int kmax = -1;
+  int kmax = -1, first_min = INT32_MAX;
   const __m512 scale = _mm512_set1_ps(a.scale);
   for (int i = 0; i < nvec; i++) {
     int row, head;
@@ -297,7 +324,9 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     m[i] = -FLT_MAX;
     l[i] = 0;
     last[i] = std::min(a.q_pos[row], seq.n_ctx - 1);
+    first[i] = FirstVisibleKey(a.q_pos[row], a.window);
     kmax = std::max(kmax, last[i]);
+    first_min = std::min(first_min, first[i]);
     outp[i] = a.out + (size_t(row) * a.n_heads + head) * hd;
   }
   constexpr size_t row_bytes = size_t(hd) * (DT == DType::F32 ? 4 : 2);
@@ -314,7 +343,8 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
       }
     }
   }
-  for (int k0 = 0; k0 <= kmax; k0 += kBlockTokens) {
+  for (int k0 = first_min / kBlockTokens * kBlockTokens; k0 <= kmax; k0 += kBlockTokens) {
+    if (!BlockVisible(first, last, nvec, k0)) continue;  // outside every window
     const int nvalid = std::min(kBlockTokens, kmax - k0 + 1);
     const int32_t block = seq.block_table[k0 / kBlockTokens];
     const void* kr = KvBlockPtr(kv, block, 0, t.kv_head);
@@ -323,7 +353,7 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     // bound by the latency of these reads once the weights' stream has flushed the caches.
     const char* ahead_k = nullptr;
     const char* ahead_v = nullptr;
-    if (k0 + 2 * kBlockTokens <= kmax) {
+    if (k0 + 2 * kBlockTokens <= kmax && BlockVisible(first, last, nvec, k0 + 2 * kBlockTokens)) {
       const int32_t ab = seq.block_table[k0 / kBlockTokens + 2];
       ahead_k = static_cast<const char*>(KvBlockPtr(kv, ab, 0, t.kv_head));
       ahead_v = static_cast<const char*>(KvBlockPtr(kv, ab, 1, t.kv_head));
@@ -351,9 +381,10 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
     }
     int jmax = 0;  // keys of this block visible to any vector
     for (int i = 0; i < nvec; i++) {
-      const int lim = std::min(kBlockTokens, last[i] - k0 + 1);  // visible keys in this block
+      const int j0 = std::max(0, first[i] - k0);                 // visible keys in this block:
+      const int lim = std::min(kBlockTokens, last[i] - k0 + 1);  // [j0, lim)
       corr[i] = 1.0f;
-      if (lim <= 0) {
+      if (lim <= j0) {
         std::fill(p[i], p[i] + kBlockTokens, 0.0f);
         continue;
       }
@@ -380,7 +411,10 @@ void NarrowTask(const AttnArgs& a, const AttnTask& t) {
           for (int c = 1; c < C; c++) d = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + c * 16), d);
           part[jj] = d;
         }
-        s[h] = _mm512_mask_blend_ps(TailMask(lim - h * 16), _mm512_set1_ps(-INFINITY), Reduce16(part));
+        __m512 sh = Reduce16(part);
+        if (a.softcap > 0) sh = SoftCap(sh, a.softcap);
+        const __mmask16 vis = TailMask(lim - h * 16) & ~TailMask(j0 - h * 16);
+        s[h] = _mm512_mask_blend_ps(vis, _mm512_set1_ps(-INFINITY), sh);
       }
       const int halves = (lim + 15) / 16;
       const float mb = std::max(m[i], _mm512_reduce_max_ps(halves == 2 ? _mm512_max_ps(s[0], s[1]) : s[0]));

@@ -1,6 +1,7 @@
 // Internal to src/kernels/cpu: the unit of work of PagedAttention and the kernels that run it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
@@ -16,6 +17,8 @@ struct AttnArgs {
   int n_heads;             // query heads
   int group;               // query heads per KV head (n_heads / n_kv_heads)
   float scale;             // applied to q . k
+  int window;              // AttnOptions::window (0: none)
+  float softcap;           // AttnOptions::softcap (0: none)
   float* out;              // [rows, n_heads, head_dim]
   // BF16 K/V: scores use q * scale rounded to bf16 (every kernel, so results do not depend on
   // which kernel or CPU ran), and with AVX512-BF16 the AVX-512 kernels take q . k with vdpbf16ps
@@ -34,6 +37,18 @@ struct AttnTask {
 constexpr int kAttnTileVecs = 16;
 // Tasks with at most this many vectors (decode) use the narrow kernel (lanes along head_dim).
 constexpr int kAttnNarrowVecs = 8;
+
+// First key position visible to a query at position p (AttnOptions::window).
+inline int FirstVisibleKey(int p, int window) { return window > 0 ? std::max(0, p - window + 1) : 0; }
+
+// Whether the block of keys [k0, k0 + kBlockTokens) holds a key visible to any of n vectors whose
+// visible keys are [first[i], last[i]] (empty when first[i] > last[i]).
+inline bool BlockVisible(const int* first, const int* last, int n, int k0) {
+  for (int i = 0; i < n; i++) {
+    if (first[i] < k0 + kBlockTokens && last[i] >= k0 && first[i] <= last[i]) return true;
+  }
+  return false;
+}
 
 // Pointer to K (which = 0) or V (which = 1) rows of one block and KV head: [kBlockTokens, head_dim].
 inline const void* KvBlockPtr(const PagedKvLayer& kv, int32_t block, int which, int kv_head) {
