@@ -53,14 +53,6 @@ inline float ScoreQuery(float q, float scale) {
   }
 }
 
-// tanh(x) = 1 - 2 / (e^2x + 1): absolute error ~3e-7 (Exp512's), exact -1 / 1 in the tails
-// (Exp512 flushes to 0 and saturates).
-inline __m512 Tanh512(__m512 x) {
-  const __m512 e = Exp512(_mm512_add_ps(x, x));
-  const __m512 one = _mm512_set1_ps(1.0f);
-  return _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
-}
-
 // AttnOptions::softcap applied to 16 scores (cap > 0).
 inline __m512 SoftCap(__m512 s, float cap) {
   return _mm512_mul_ps(_mm512_set1_ps(cap), Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / cap))));

@@ -1,0 +1,12 @@
+// Internal to src/kernels/cpu: AVX-512 versions of the activation.h kernels
+// (activation_avx512.cpp). Call only when KernelFeatures().avx512f.
+#pragma once
+
+#include <cstddef>
+
+namespace mnemo::kernels::detail {
+
+void GeluTanhGatedAvx512(const float* gate_up, int n, int ffn, float* out);
+void SoftCapAvx512(float* x, size_t n, float cap);
+
+}  // namespace mnemo::kernels::detail
