@@ -168,13 +168,19 @@ void BenchAttention(double budget, bool quick) {
     struct Case {
       const char* name;
       int n_seqs, n_ctx, n_q;
+      int window = 0;  // sliding window (AttnOptions::window), 0 none
     };
     std::vector<Case> cases = {{"decode 32 seqs x ctx 128", 32, 128, 1},
                                {"decode 32 seqs x ctx 512", 32, 512, 1},
                                {"decode 1 seq x ctx 512", 1, 512, 1},
                                {"decode 1 seq x ctx 2048", 1, 2048, 1},
-                               {"prefill 512 / ctx 512", 1, 512, 512}};
-    if (!quick) cases.push_back({"prefill 2048 / ctx 2048", 1, 2048, 2048});
+                               {"decode 1 x 2048, window 512", 1, 2048, 1, 512},
+                               {"prefill 512 / ctx 512", 1, 512, 512},
+                               {"prefill 512 / 512, win 128", 1, 512, 512, 128}};
+    if (!quick) {
+      cases.push_back({"prefill 2048 / ctx 2048", 1, 2048, 2048});
+      cases.push_back({"prefill 2048 / 2048, win 512", 1, 2048, 2048, 512});
+    }
     for (const Case& c : cases) {
       const int blocks_per = (c.n_ctx + kBlockTokens - 1) / kBlockTokens;
       const int n_blocks = blocks_per * c.n_seqs;
@@ -197,13 +203,20 @@ void BenchAttention(double budget, bool quick) {
       }
       std::vector<float> q = RandomVec(qpos.size() * n_heads * hd, rng), out(q.size());
       double tm = TimeIt([&] {
-        PagedAttention(q.data(), qpos.data(), seqs.data(), c.n_seqs, kv, n_heads, 0.125f, out.data());
+        PagedAttention(q.data(), qpos.data(), seqs.data(), c.n_seqs, kv, n_heads, 0.125f, out.data(),
+                       AttnOptions{c.window, 0.0f});
       }, budget);
       // Useful work: 4 flops per (query head, visible key, dim) pair.
       double pairs = 0;
-      for (int s = 0; s < c.n_seqs; s++)
-        for (int i = 0; i < c.n_q; i++) pairs += c.n_ctx - c.n_q + i + 1;
-      double kv_bytes = double(c.n_seqs) * c.n_ctx * n_kv * hd * 2 * DTypeBytes(t, 1);
+      for (int s = 0; s < c.n_seqs; s++) {
+        for (int i = 0; i < c.n_q; i++) {
+          const int p = c.n_ctx - c.n_q + i;
+          pairs += c.window > 0 ? std::min(p + 1, c.window) : p + 1;
+        }
+      }
+      // K/V the step must read (all of it, or the last window's for decode).
+      const int read = c.window > 0 && c.n_q == 1 ? std::min(c.n_ctx, c.window) : c.n_ctx;
+      double kv_bytes = double(c.n_seqs) * read * n_kv * hd * 2 * DTypeBytes(t, 1);
       printf("%-5s %-26s %9.1f us  %7.1f GFLOP/s  %6.1f GB/s of K/V\n", DTypeName(t), c.name, tm * 1e6,
              4.0 * pairs * n_heads * hd / tm / 1e9, kv_bytes / tm / 1e9);
     }
