@@ -25,7 +25,7 @@ struct Bf16Blocked {
   int in_pad = 0;   // in rounded up to 32
 };
 Bf16Blocked Bf16Shape(int out, int in);
-// Packs rows [0, out) of a row-major [out, in] matrix of dtype t (F32, F16 or BF16) into dst
+// Packs rows [0, out) of a row-major [out, in] matrix of any dtype t (decoded with ToF32) into dst
 // ([out_pad * in_pad] bf16, zero padded).
 void PackBf16Blocked(DType t, const void* src, const Bf16Blocked& s, uint16_t* dst);
 

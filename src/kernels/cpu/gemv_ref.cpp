@@ -31,13 +31,14 @@ inline size_t Bf16Offset(const Bf16Blocked& s, int o, int k) {
 
 void PackBf16Blocked(DType t, const void* src, const Bf16Blocked& s, uint16_t* dst) {
   std::fill(dst, dst + size_t(s.out_pad) * s.in_pad, uint16_t(0));
-  const size_t esize = DTypeBytes(t, 1);
+  // Whole rows are decoded (block types: in is a multiple of the block size, checked by Linear).
+  const size_t row_bytes = DTypeBytes(t, s.in);
 #pragma omp parallel
   {
     std::vector<float> row(s.in);  // [in]
 #pragma omp for schedule(static)
     for (int o = 0; o < s.out; o++) {
-      ToF32(t, static_cast<const char*>(src) + size_t(o) * s.in * esize, row.data(), s.in);
+      ToF32(t, static_cast<const char*>(src) + size_t(o) * row_bytes, row.data(), s.in);
       for (int k = 0; k < s.in; k++) dst[Bf16Offset(s, o, k)] = F32ToBf16(row[k]);
     }
   }

@@ -97,7 +97,8 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 
 Linear Linear::Create(DType t, const void* src, int out, int in, Precision p) {
   MNEMO_CHECK(out > 0 && in > 0);
-  MNEMO_CHECK_MSG(t != DType::Q8_0 || in % kQ8Block == 0, "Q8_0 weights need in % 32 == 0");
+  MNEMO_CHECK_MSG(in % DTypeBlockElems(t) == 0,
+                  std::string(DTypeName(t)) + " weights need in to be a multiple of its block size");
   Linear lin;
   lin.impl_ = std::make_unique<Impl>();
   Impl& m = *lin.impl_;
@@ -111,7 +112,7 @@ Linear Linear::Create(DType t, const void* src, int out, int in, Precision p) {
     const size_t row_bytes = DTypeBytes(t, in);
 #pragma omp parallel for schedule(static)
     for (int o = 0; o < out; o++) {
-      ToF32(t, static_cast<const char*>(src) + o * row_bytes, dst + size_t(o) * in, in);
+      ToF32(t, static_cast<const char*>(src) + size_t(o) * row_bytes, dst + size_t(o) * in, in);
     }
   } else if (t == DType::Q8_0) {
     m.q8_shape = Q8Packed{out, in, (out + kQ8PanelOut - 1) / kQ8PanelOut * kQ8PanelOut};

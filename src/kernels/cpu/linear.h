@@ -23,9 +23,10 @@ enum class Precision {
 // it uses NumThreads() OpenMP threads itself.
 class Linear {
  public:
-  // src: row-major [out, in] of dtype t; `in` is a multiple of 32 for Q8_0. Create copies the
-  // weights into the Linear's own layout (f32, blocked bf16 or q8_0 panels, on huge pages), so
-  // src may be freed as soon as it returns.
+  // src: row-major [out, in] of dtype t, any DType; `in` is a multiple of DTypeBlockElems(t)
+  // (32 or 256 for the block types; the model loader checks this for user files). Create copies
+  // the weights into the Linear's own layout (f32, blocked bf16 or int8 panels, on huge pages),
+  // so src may be freed as soon as it returns.
   static Linear Create(DType t, const void* src, int out, int in, Precision p);
 
   Linear();
