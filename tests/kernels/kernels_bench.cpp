@@ -1,6 +1,7 @@
 // Microbenchmark of the CPU kernels at llama-110m shapes (dim 768, ffn 2048, 12 heads, 4 KV heads,
 // head_dim 64, vocab 32000). Not a test: prints GFLOP/s for GEMM, GB/s of weight streaming for
 // GEMV, and attention timings. Usage: kernels_bench [--quick] [--threads N]
+// [--only linear|quant|crossover|f32gemm|attention|ops]
 #include <cblas.h>
 #include <omp.h>
 
@@ -24,6 +25,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/matmul_dnnl.h"
 #include "kernels/cpu/ops.h"
+#include "random_blocks.h"
 
 using namespace mnemo;
 using namespace mnemo::kernels;
@@ -97,6 +99,64 @@ void BenchLinear(double budget) {
       printf("%-11s %-8s [%5d x %4d]  n=512: %7.1f GFLOP/s (%6.2f ms)   n=1: %6.1f GB/s (%7.1f us)\n",
              m.name, s.name, s.out, s.in, 2.0 * 512 * s.out * s.in / t512 / 1e9, t512 * 1e3,
              lins[0].weight_bytes() / t1 / 1e9, t1 * 1e6);
+    }
+  }
+}
+
+// The machine's memory bandwidth as the decode kernels see it: NumThreads() threads each summing
+// its half of a 1 GiB buffer (on huge pages, as the weights), best of several passes.
+double MeasureReadBandwidth(double budget) {
+  const size_t bytes = size_t(1) << 30;
+  detail::HugeBuffer buf(bytes);
+  float* p = buf.as<float>();
+  const size_t n = bytes / sizeof(float);
+  const int nt = NumThreads();
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (size_t i = 0; i < n; i++) p[i] = 1.0f;
+  // Integer adds (vectorised even at the baseline -march): the loop is bound by the loads.
+  const uint64_t* w = buf.as<uint64_t>();
+  const size_t words = bytes / 8;
+  volatile uint64_t sink = 0;
+  const double t = TimeIt([&] {
+    uint64_t total = 0;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(+ : total)
+    for (int c = 0; c < 64; c++) {
+      uint64_t acc[8] = {};
+      const uint64_t* q = w + words / 64 * c;
+      for (size_t i = 0; i < words / 64; i += 8)
+        for (int u = 0; u < 8; u++) acc[u] += q[i + u];
+      for (uint64_t a : acc) total += a;
+    }
+    sink = total;
+  }, budget);
+  (void)n;
+  return bytes / t / 1e9;
+}
+
+// Block-type weights on the fast path (kBF16: int8 activations, weights kept compact): GEMM
+// n=512 GFLOP/s and GEMV n=1 GB/s of packed weights streamed from DRAM, against the measured
+// read bandwidth.
+void BenchQuant(double budget) {
+  Rng rng(6);
+  const double bw = MeasureReadBandwidth(budget);
+  printf("== Block types, kBF16 path, %d threads; memory read bandwidth %.1f GB/s\n", NumThreads(), bw);
+  std::vector<DType> types(std::begin(kQTypes), std::end(kQTypes));
+  types.insert(types.begin(), DType::Q8_0);
+  for (DType t : types) {
+    for (const Shape& s : {kShapes[1], kShapes[2]}) {
+      std::vector<uint8_t> raw = RandomBlocks(t, s.out, s.in, rng);
+      std::vector<Linear> lins;
+      lins.push_back(Linear::Create(t, raw.data(), s.out, s.in, Precision::kBF16));
+      const size_t copies = std::max<size_t>(1, (size_t(256) << 20) / lins[0].weight_bytes());
+      while (lins.size() < copies) lins.push_back(Linear::Create(t, raw.data(), s.out, s.in, Precision::kBF16));
+      std::vector<float> x = RandomVec(size_t(512) * s.in, rng), y(size_t(512) * s.out);
+      const double t512 = TimeIt([&] { lins[0].Forward(x.data(), 512, y.data()); }, budget);
+      size_t next = 0;
+      const double t1 = TimeIt([&] { lins[next++ % lins.size()].Forward(x.data(), 1, y.data()); }, budget);
+      const double gbs = lins[0].weight_bytes() / t1 / 1e9;
+      printf("%-7s %-8s [%5d x %4d] %5.2f bits/w  n=512: %7.1f GFLOP/s   n=1: %6.1f GB/s (%3.0f%% of bw, %6.1f us)\n",
+             DTypeName(t), s.name, s.out, s.in, 8.0 * lins[0].weight_bytes() / (double(s.out) * s.in),
+             2.0 * 512 * s.out * s.in / t512 / 1e9, gbs, 100 * gbs / bw, t1 * 1e6);
     }
   }
 }
@@ -253,6 +313,7 @@ int main(int argc, char** argv) {
          f.avx512_bf16, f.avx512_vnni, f.amx_bf16, NumThreads());
   const double budget = quick ? 0.05 : 0.3;
   if (only.empty() || only == "linear") BenchLinear(budget);
+  if (only.empty() || only == "quant") BenchQuant(budget);
   if (only.empty() || only == "crossover") BenchCrossover(budget);
   if (only.empty() || only == "f32gemm") BenchF32Gemm(budget);
   if (only.empty() || only == "attention") BenchAttention(budget, quick);

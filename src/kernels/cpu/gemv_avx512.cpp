@@ -4,31 +4,11 @@
 #include <cstring>
 
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace mnemo::kernels::detail {
 namespace {
-
-// Splits n rows into groups of at most kMax, as even as possible, calling fn.template operator()<R>.
-template <int kMax, class Fn>
-void ForRowGroups(int n, Fn&& fn) {
-  const int groups = (n + kMax - 1) / kMax;
-  int j = 0;
-  for (int g = 0; g < groups; g++) {
-    const int r = (n - j) / (groups - g) + ((n - j) % (groups - g) != 0);
-    switch (r) {
-      case 1: fn.template operator()<1>(j); break;
-      case 2: fn.template operator()<2>(j); break;
-      case 3: fn.template operator()<3>(j); break;
-      case 4: fn.template operator()<4>(j); break;
-      case 5: if constexpr (kMax >= 5) fn.template operator()<5>(j); break;
-      case 6: if constexpr (kMax >= 6) fn.template operator()<6>(j); break;
-      case 7: if constexpr (kMax >= 7) fn.template operator()<7>(j); break;
-      case 8: if constexpr (kMax >= 8) fn.template operator()<8>(j); break;
-    }
-    j += r;
-  }
-}
 
 inline __m512bh AsBh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu/buffer.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/gemv_quant.h"
 #include "kernels/cpu/matmul_dnnl.h"
 #include "kernels/cpu/parallel.h"
 
@@ -35,6 +36,8 @@ struct Dispatch {
   decltype(&GemvQ8Ref) gemv_q8 = GemvQ8Ref;
   decltype(&QuantizeActQ8Ref) quant_q8 = QuantizeActQ8Ref;
   decltype(&F32ToBf16Ref) to_bf16 = F32ToBf16Ref;
+  decltype(&GemvQRef) gemv_q = GemvQRef;
+  decltype(&QuantizeActS8Ref) quant_s8 = QuantizeActS8Ref;
 };
 
 const Dispatch& Kernels() {
@@ -46,9 +49,13 @@ const Dispatch& Kernels() {
       k.to_bf16 = F32ToBf16Avx512;
       k.quant_q8 = QuantizeActQ8Avx512;
       k.gemv_bf16 = GemvBf16Avx512NoBf16;
+      k.quant_s8 = QuantizeActS8Avx512;
     }
     if (f.avx512_bf16) k.gemv_bf16 = GemvBf16Avx512;
-    if (f.avx512_vnni) k.gemv_q8 = GemvQ8Avx512;
+    if (f.avx512_vnni) {
+      k.gemv_q8 = GemvQ8Avx512;
+      k.gemv_q = GemvQAvx512;
+    }
     return k;
   }();
   return d;
@@ -88,6 +95,9 @@ struct Linear::Impl {
   // kBF16 from Q8_0: VNNI panels (gemv.h).
   Q8Packed q8_shape;
   HugeBuffer q8;                     // [out_pad / 16 * in / 32 * 576] bytes
+  // kBF16 from the other block types: compact panels (gemv_quant.h).
+  QPacked q_shape;
+  HugeBuffer q;                      // [q_shape.Bytes()]
 };
 
 Linear::Linear() = default;
@@ -118,6 +128,10 @@ Linear Linear::Create(DType t, const void* src, int out, int in, Precision p) {
     m.q8_shape = Q8Packed{out, in, (out + kQ8PanelOut - 1) / kQ8PanelOut * kQ8PanelOut};
     m.q8 = HugeBuffer(size_t(m.q8_shape.out_pad / kQ8PanelOut) * (in / kQ8Block) * kQ8RecordBytes);
     PackQ8(static_cast<const BlockQ8_0*>(src), m.q8_shape, m.q8.as<uint8_t>());
+  } else if (HasQFormat(t)) {
+    m.q_shape = QShape(t, out, in);
+    m.q = HugeBuffer(m.q_shape.Bytes());
+    PackQ(src, m.q_shape, m.q.as<uint8_t>());
   } else {
     m.bf16_shape = Bf16Shape(out, in);
     m.bf16 = HugeBuffer(size_t(m.bf16_shape.out_pad) * m.bf16_shape.in_pad * sizeof(uint16_t));
@@ -158,6 +172,27 @@ void Linear::Forward(const float* x, int n, float* y) const {
     });
     return;
   }
+  if (m.q.size() > 0) {
+    // One kernel for every n: it beat oneDNN bf16 at n = 512 as the q8_0 one does (see
+    // docs/benchmarks.md); the weights are expanded in registers, never in memory.
+    thread_local std::vector<int8_t> xq;  // [n, in]
+    thread_local std::vector<float> xd;   // [n, in / 32], then [n, in / 16] (dx * sums)
+    const int nb = m.in / 32;
+    xq.resize(size_t(n) * m.in);
+    xd.resize(size_t(n) * nb * 3);
+    int8_t* xq_p = xq.data();  // see the q8 case
+    float* xd_p = xd.data();
+    float* xs_p = xd_p + size_t(n) * nb;
+    ForRowRanges(n, m.in, [&](int j0, int j1) {
+      k.quant_s8(x + size_t(j0) * m.in, j1 - j0, m.in, xq_p + size_t(j0) * m.in,
+                 xd_p + size_t(j0) * nb, xs_p + size_t(j0) * 2 * nb);
+    });
+    const QActs acts{xq_p, xd_p, xs_p};
+    ParallelRows(m.out, kQPanelOut, [&](int o0, int o1) {
+      k.gemv_q(m.q.as<uint8_t>(), m.q_shape, acts, n, o0, o1, y, m.out);
+    });
+    return;
+  }
   const Bf16Blocked& s = m.bf16_shape;
   thread_local std::vector<uint16_t> xb;  // [n, in_pad] bf16, zero padded
   xb.resize(size_t(n) * s.in_pad);
@@ -183,7 +218,7 @@ int Linear::in() const { return impl_ ? impl_->in : 0; }
 size_t Linear::weight_bytes() const {
   if (!impl_) return 0;
   const Impl& m = *impl_;
-  return m.f32.size() + m.bf16.size() + m.q8.size();  // only one of them is in use
+  return m.f32.size() + m.bf16.size() + m.q8.size() + m.q.size();  // only one is in use
 }
 
 }  // namespace mnemo::kernels

@@ -13,9 +13,10 @@ namespace mnemo::kernels {
 // The arithmetic a Linear uses.
 enum class Precision {
   kF32,   // exact path: weights expanded to f32 values, f32 products and sums (golden tests)
-  kBF16,  // fast path: activations rounded to bf16, bf16 (or q8_0) weights, f32 accumulation.
-          // With q8_0 weights the activations are instead quantised to int8 per 32-block
-          // (d = max|x| / 127, as llama.cpp's q8_0 dot) and multiplied with VNNI.
+  kBF16,  // fast path: activations rounded to bf16, bf16 weights, f32 accumulation.
+          // With block-type weights (Q8_0, Q4_K, ...) the activations are instead quantised to
+          // int8 per 32-block (d = max|x| / 127, as llama.cpp's q8_0 dot) and multiplied with
+          // VNNI against the weights kept at their file size (gemv.h, gemv_quant.h).
 };
 
 // A weight matrix W, row-major [out, in], prepared once for repeated y = x W^T.
