@@ -117,7 +117,7 @@ struct Conversation {
 // writes positions [from, from + n) and reads the KV of [0, from) written by earlier calls.
 class Runner {
  public:
-  Runner(LlamaModel& m, DType kv_dtype, int max_positions)
+  Runner(Model& m, DType kv_dtype, int max_positions)
       : m_(m), n_ctx_max_(std::min(max_positions, m.config().context_length)),
         kv_(m.kv_shape(kv_dtype), (n_ctx_max_ + kBlockTokens - 1) / kBlockTokens),
         table_(kv_.n_blocks()) {
@@ -140,7 +140,7 @@ class Runner {
   }
 
  private:
-  LlamaModel& m_;
+  Model& m_;
   int n_ctx_max_;                // positions the pool holds
   KvStorage kv_;                 // [ceil(n_ctx_max / 32)] blocks
   std::vector<int32_t> table_;   // [n_blocks] identity block table

@@ -50,8 +50,8 @@ int RunBenchEngine(const BenchEngineFlags& f) {
     std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
     return 1;
   }
-  LlamaModel& m = *rt->model;
-  const LlamaConfig& c = m.config();
+  Model& m = *rt->model;
+  const ModelConfig& c = m.config();
   Rng rng(1);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> t(n);

@@ -32,9 +32,16 @@ void RegisterMakeModel(CLI::App& app) {
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF with random weights of a realistic shape");
-  std::string presets;
-  for (const auto& p : PresetNames()) presets += (presets.empty() ? "" : ", ") + p;
-  cmd->add_option("--preset", f->opt.preset, "shape: " + presets)->required()->check(CLI::IsMember(PresetNames()));
+  std::string archs, presets;
+  for (const auto& a : MakeModelArchs()) {
+    archs += (archs.empty() ? "" : ", ") + a;
+    std::string names;
+    for (const auto& p : PresetNames(a)) names += (names.empty() ? "" : " ") + p;
+    presets += "; " + a + ": " + names;
+  }
+  cmd->add_option("--arch", f->opt.arch, "architecture: " + archs + " (default llama)")
+      ->check(CLI::IsMember(MakeModelArchs()));
+  cmd->add_option("--preset", f->opt.preset, "shape, per architecture" + presets)->required();
   cmd->add_option("--dtype", f->dtype, "matrix type: f32, f16, bf16 or q8_0")
       ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0"}));
   cmd->add_option("--seed", f->opt.seed, "random seed");

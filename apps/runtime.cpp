@@ -111,7 +111,7 @@ Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& to
   rt.tokenizer = std::move(tok.value());
   ModelOptions opts;
   opts.precision = flags.precision == "f32" ? kernels::Precision::kF32 : kernels::Precision::kBF16;
-  auto model = LlamaModel::Create(*rt.file, opts);
+  auto model = Model::Create(*rt.file, opts);
   if (!model.ok()) return model.error();
   rt.model = std::move(model.value());
   std::string kv = flags.kv_dtype.empty() ? (flags.precision == "f32" ? "f32" : "bf16") : flags.kv_dtype;

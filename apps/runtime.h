@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "format/model_file.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::app {
@@ -16,7 +16,7 @@ namespace mnemo::app {
 struct Runtime {
   std::unique_ptr<ModelFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   DType kv_dtype = DType::BF16;
 };
 

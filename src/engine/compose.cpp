@@ -64,7 +64,6 @@ Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tok
     }
     // Copy K (re-rotated) and V rows, layer by layer, head by head.
     const KvShape& shape = t0_->shape();
-    const LlamaConfig& mc = model_.config();
     const size_t row = DTypeBytes(shape.dtype, shape.head_dim);
     std::vector<float> k(shape.head_dim);
     std::vector<bool> filled(n, false);
@@ -81,7 +80,7 @@ Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tok
             const size_t k_dst = row * ((size_t(h) * kBlockTokens) + p % kBlockTokens);
             const size_t v_base = row * size_t(shape.n_kv_heads) * kBlockTokens;
             ToF32(shape.dtype, from + k_off, k.data(), shape.head_dim);
-            kernels::Rope(k.data(), &delta, 1, 1, shape.head_dim, mc.rope_dims, mc.rope_theta);
+            model_.ReRotateKeys(l, k.data(), 1, delta);
             FromF32(shape.dtype, k.data(), to + k_dst, shape.head_dim);
             std::memcpy(to + v_base + k_dst, from + v_base + k_off, row);
           }

@@ -50,7 +50,7 @@ TurnResult TurnHandle::Wait() {
   return {};
 }
 
-Engine::Engine(LlamaModel& model, const Tokenizer& tokenizer, const EngineConfig& config)
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& config)
     : model_(model), tok_(tokenizer), config_(config) {
   start_ = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -59,10 +59,10 @@ double Engine::Now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - start_;
 }
 
-Result<std::unique_ptr<Engine>> Engine::Create(LlamaModel& model, const Tokenizer& tokenizer,
+Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& tokenizer,
                                                const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine(model, tokenizer, config));
-  const LlamaConfig& mc = model.config();
+  const ModelConfig& mc = model.config();
   e->max_context_ = config.max_context > 0 ? std::min(config.max_context, mc.context_length) : mc.context_length;
   if (config.kv_dtype == DType::Q8_0) return MakeError("KV dtype q8_0 is not supported");
   const KvShape shape = model.kv_shape(config.kv_dtype);

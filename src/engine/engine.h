@@ -26,7 +26,7 @@
 #include "kv/cache_manager.h"
 #include "kv/disk_tier.h"
 #include "kv/transfer.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo {
@@ -86,7 +86,7 @@ struct EngineStats {
 class Engine {
  public:
   // model and tokenizer must outlive the engine. Starts the engine thread.
-  static Result<std::unique_ptr<Engine>> Create(LlamaModel& model, const Tokenizer& tokenizer,
+  static Result<std::unique_ptr<Engine>> Create(Model& model, const Tokenizer& tokenizer,
                                                 const EngineConfig& config);
   // Stops the thread; running turns finish as "cancelled".
   ~Engine();
@@ -129,7 +129,7 @@ class Engine {
 
  private:
   struct Running;
-  explicit Engine(LlamaModel& model, const Tokenizer& tokenizer, const EngineConfig& config);
+  explicit Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& config);
   // Runs fn on the engine thread and waits for it.
   void Call(const std::function<void()>& fn);
   void Loop();
@@ -151,7 +151,7 @@ class Engine {
   // Acquires s for n positions right now, waiting for copies between tiers; swap-ins completed.
   Result<CacheManager::Acquired> AcquireNow(SessionId s, int n);
 
-  LlamaModel& model_;
+  Model& model_;
   const Tokenizer& tok_;
   EngineConfig config_;
   int max_context_ = 0;

@@ -13,7 +13,7 @@ double Now() {
 }
 }  // namespace
 
-Generator::Generator(LlamaModel& model, const Tokenizer& tokenizer, DType kv_dtype, int max_context)
+Generator::Generator(Model& model, const Tokenizer& tokenizer, DType kv_dtype, int max_context)
     : model_(model),
       tok_(tokenizer),
       max_context_(max_context),

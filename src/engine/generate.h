@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 #include "kv/kv_storage.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,14 +37,14 @@ struct GenerateResult {
 class Generator {
  public:
   // model and tokenizer must outlive the Generator. The KV pool holds `max_context` positions.
-  Generator(LlamaModel& model, const Tokenizer& tokenizer, DType kv_dtype, int max_context);
+  Generator(Model& model, const Tokenizer& tokenizer, DType kv_dtype, int max_context);
 
   // on_text receives generated text as soon as it is final (UTF-8 complete, not part of a stop).
   Result<GenerateResult> Generate(const GenerateRequest& req,
                                   const std::function<void(std::string_view)>& on_text = {});
 
  private:
-  LlamaModel& model_;
+  Model& model_;
   const Tokenizer& tok_;
   int max_context_;
   KvStorage kv_;

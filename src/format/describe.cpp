@@ -68,7 +68,7 @@ void TensorSummary(std::string* s, const std::map<std::string, TypeTotal>& by_ty
 
 std::string DescribeModel(const ModelFile& m) {
   std::string s;
-  const LlamaConfig& c = m.config();
+  const ModelConfig& c = m.config();
   Appendf(&s, "file:         %s\n", m.path().c_str());
   if (const gguf::GgufFile* g = m.gguf()) {
     Appendf(&s, "format:       gguf v%u (%s, %zu metadata keys)\n", g->version(), Bytes(g->file_size()).c_str(),
@@ -77,13 +77,26 @@ std::string DescribeModel(const ModelFile& m) {
     Appendf(&s, "format:       llama2.c checkpoint (f32)\n");
   }
   Appendf(&s, "name:         %s\n", m.name().c_str());
-  Appendf(&s, "architecture: llama\n");
+  Appendf(&s, "architecture: %s\n", ArchName(c.arch));
   Appendf(&s, "config:       dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d\n", c.dim,
           c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size);
   Appendf(&s, "              rope dims %d, rope theta %g, rms eps %g, context %d, output %s\n", c.rope_dims,
           double(c.rope_theta), double(c.rms_eps), c.context_length, c.tied_output ? "tied to embedding" : "separate");
+  {
+    const RopeConfig& r = c.layers.empty() ? RopeConfig{} : c.layers[0].rope;
+    int windowed = 0;
+    for (const LayerConfig& l : c.layers) windowed += l.sliding_window > 0;
+    Appendf(&s, "features:     rope %s%s%s%s, qkv bias %s, qk norm %s, post norms %s, ffn %s\n", RopeStyleName(c.rope_style),
+            r.freq_factors.empty() ? "" : " + frequency factors", r.freq_scale != 1.f ? " + linear scaling" : "",
+            c.rope_factors_long.empty() ? "" : " + long factors", c.qkv_bias ? "yes" : "no", c.qk_norm ? "yes" : "no",
+            c.post_norms ? "yes" : "no", c.ffn_act == FfnActivation::kSilu ? "swiglu" : "geglu-tanh");
+    if (windowed > 0 || c.attn_softcap > 0 || c.final_softcap > 0 || c.embed_scale != 1.f) {
+      Appendf(&s, "              sliding-window layers %d of %d, attn softcap %g, final softcap %g, embed scale %g\n",
+              windowed, c.n_layers, double(c.attn_softcap), double(c.final_softcap), double(c.embed_scale));
+    }
+  }
 
-  const LlamaWeights& w = m.weights();
+  const ModelWeights& w = m.weights();
   std::map<std::string, TypeTotal> by_type;
   int64_t params = 0;
   auto add = [&](const TensorRef& t) {
@@ -96,7 +109,10 @@ std::string DescribeModel(const ModelFile& m) {
   add(w.output_norm);
   if (!c.tied_output) add(w.output);
   for (const auto& l : w.layers) {
-    for (const TensorRef* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.gate, &l.up, &l.down}) add(*t);
+    for (const TensorRef* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                               &l.wo, &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm}) {
+      if (t->present()) add(*t);
+    }
   }
   Appendf(&s, "parameters:   %s (%" PRId64 ")\n", Count(params).c_str(), params);
 

@@ -1,5 +1,7 @@
-// make-model: writes a Llama GGUF with random weights (deterministic from a seed) and a real
-// tokenizer copied from a vocab GGUF, for benchmarks and tests. llama.cpp loads the output.
+// make-model: writes a GGUF of any supported architecture with random weights (deterministic from
+// a seed) and a real tokenizer copied from a vocab GGUF, for benchmarks and tests. llama.cpp loads
+// the output. Every feature is visible in the weights: norm weights spread around 1, biases
+// clearly non-zero, rope frequency factors not all ones.
 #pragma once
 
 #include <cstdint>
@@ -13,15 +15,28 @@
 
 namespace mnemo {
 
-// Named configs: "llama-25m" (dim 384, 6 layers), "llama-110m" (dim 768, 12 layers) and "llama-1b"
-// (TinyLlama-1.1B shapes). All use a 32000-token vocab, context 2048, theta 10000, eps 1e-5.
-Result<LlamaConfig> PresetConfig(const std::string& name);
+// Architectures make-model writes: "llama", "llama3" (llama with llama3 rope frequency factors
+// and tied embeddings), "qwen2", "qwen3", "phi3".
+std::vector<std::string> MakeModelArchs();
+
+// Presets of an architecture: "tiny" (2 layers, every matrix width a multiple of 256, vocab from
+// the vocab file), "small" (4 layers, width 512), and realistic shapes: llama "llama-25m",
+// "llama-110m", "llama-1b" (TinyLlama-1.1B; these three use a 32000-token vocab); llama3
+// "llama-3.2-1b"; qwen2 "qwen2.5-0.5b"; qwen3 "qwen3-0.6b"; phi3 "phi-3-mini". vocab_size 0
+// means "as many tokens as the vocab file has".
+Result<ModelConfig> PresetConfig(const std::string& arch, const std::string& preset);
+std::vector<std::string> PresetNames(const std::string& arch);
+
+// The llama arch's presets (older interface).
+Result<ModelConfig> PresetConfig(const std::string& preset);
 std::vector<std::string> PresetNames();
 
 struct MakeModelOptions {
-  std::string preset = "llama-25m";  // a PresetConfig name; ignored when config is set
-  std::optional<LlamaConfig> config; // custom shapes (tests); vocab_size must match the vocab file
-  DType dtype = DType::F16;          // matrices; norms stay f32 as in llama.cpp's files
+  std::string arch = "llama";        // a MakeModelArchs name; ignored when config is set
+  std::string preset = "llama-25m";  // a PresetConfig name of arch; ignored when config is set
+  std::optional<ModelConfig> config; // custom shapes (tests); vocab_size 0 or the vocab file's size;
+                                     // empty `layers` are filled uniformly
+  DType dtype = DType::F16;          // matrices; norms, biases and rope factors stay f32 as in llama.cpp's files
   uint64_t seed = 0;                 // same seed and config -> byte-identical file
   std::string vocab_path;            // GGUF whose tokenizer.* metadata is copied
   std::string output_path;           // the GGUF to write (replaced atomically)

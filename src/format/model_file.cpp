@@ -6,8 +6,6 @@
 #include <cinttypes>
 #include <cstring>
 
-#include "format/gguf_vocab.h"
-
 namespace mnemo {
 namespace {
 
@@ -28,77 +26,6 @@ std::string BaseName(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-std::string DimsString(const std::vector<int64_t>& dims) {
-  std::string s;
-  for (int64_t d : dims) {
-    s += s.empty() ? "[" : ", ";
-    s += std::to_string(d);
-  }
-  s += ']';
-  return s;
-}
-
-// Checks the config's own consistency (both formats).
-Status ValidateConfig(const LlamaConfig& c) {
-  auto bad = [](const char* what, long v) { return MakeError("invalid model config: %s = %ld", what, v); };
-  if (c.dim <= 0) return bad("dim", c.dim);
-  if (c.n_layers <= 0) return bad("n_layers", c.n_layers);
-  if (c.n_heads <= 0) return bad("n_heads", c.n_heads);
-  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
-    return MakeError("invalid model config: n_kv_heads = %d must divide n_heads = %d", c.n_kv_heads, c.n_heads);
-  }
-  if (c.head_dim <= 0) return bad("head_dim", c.head_dim);
-  if (c.ffn_dim <= 0) return bad("ffn_dim", c.ffn_dim);
-  if (c.vocab_size <= 0) return bad("vocab_size", c.vocab_size);
-  if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
-    return MakeError("invalid model config: rope_dims = %d must be even and <= head_dim = %d", c.rope_dims,
-                     c.head_dim);
-  }
-  if (!(c.rope_theta > 0)) return MakeError("invalid model config: rope_theta = %g", c.rope_theta);
-  if (!(c.rms_eps > 0 && c.rms_eps < 1)) return MakeError("invalid model config: rms_eps = %g", c.rms_eps);
-  if (c.context_length <= 0) return bad("context_length", c.context_length);
-  return Status::Ok();
-}
-
-// ---- GGUF ----
-
-// Looks up a GGUF tensor and checks it is a [rows, cols] matrix (GGUF dims [cols, rows]) of a
-// supported dtype (f32 only for norms).
-Result<TensorRef> GgufTensor(const gguf::GgufFile& f, const std::string& name, int64_t rows, int64_t cols,
-                             bool is_norm) {
-  const gguf::TensorInfo* t = f.FindTensor(name);
-  if (!t) return MakeError("tensor '%s' is missing", name.c_str());
-  std::vector<int64_t> want = is_norm ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-  if (t->dims != want) {
-    return MakeError("tensor '%s' has GGUF dims %s, expected %s (row-major [%" PRId64 ", %" PRId64 "])", name.c_str(),
-                     DimsString(t->dims).c_str(), DimsString(want).c_str(), rows, cols);
-  }
-  auto type = gguf::GgmlType(t->type);
-  const char* tname = type ? type->name : "?";
-  if (!t->dtype) {
-    return MakeError("tensor '%s' has type %s, which mnemo does not support (f32, f16, bf16, q8_0)", name.c_str(), tname);
-  }
-  if (is_norm && *t->dtype != DType::F32) {
-    return MakeError("norm tensor '%s' has type %s; norms must be f32", name.c_str(), tname);
-  }
-  return TensorRef{*t->dtype, t->data, rows, cols};
-}
-
-Result<int> GgufInt(const gguf::GgufFile& f, const char* key, std::optional<int> def = std::nullopt) {
-  if (!f.Has(key)) {
-    if (def) return *def;
-    return MakeError("metadata key '%s' is missing", key);
-  }
-  const gguf::Value* v = f.Find(key);
-  if (v->type == gguf::ValueType::kArray) {
-    return MakeError("metadata key '%s' is an array (per-layer values are not supported)", key);
-  }
-  auto x = f.GetU32(key);
-  if (!x) return x.error();
-  if (*x > (1u << 30)) return MakeError("metadata key '%s' = %u is too large", key, *x);
-  return int(*x);
-}
-
 }  // namespace
 
 const char* ModelFormatName(ModelFormat f) { return f == ModelFormat::kGguf ? "gguf" : "llama2.c"; }
@@ -115,119 +42,6 @@ Result<ModelFile> ModelFile::Open(const std::string& model_path, const std::stri
     return FromGguf(std::move(g).value());
   }
   return OpenLlama2c(std::move(map).value(), model_path, tokenizer_path);
-}
-
-Result<ModelFile> ModelFile::FromGguf(gguf::GgufFile g) {
-  ModelFile m;
-  m.format_ = ModelFormat::kGguf;
-  m.path_ = g.path();
-  const std::string& path = m.path_;
-  m.gguf_ = std::make_unique<gguf::GgufFile>(std::move(g));
-  const gguf::GgufFile& f = *m.gguf_;
-  auto fail = [&](const Error& e) { return MakeError("%s: %s", path.c_str(), e.message.c_str()); };
-
-  auto arch = f.GetString("general.architecture");
-  if (!arch) return fail(arch.error());
-  if (*arch != "llama") {
-    return MakeError("%s: architecture '%s' is not supported (only 'llama')", path.c_str(), arch->c_str());
-  }
-  auto name = f.GetStringOr("general.name", BaseName(path));
-  if (!name) return fail(name.error());
-  m.name_ = *name;
-  auto experts = GgufInt(f, "llama.expert_count", 0);
-  if (!experts) return fail(experts.error());
-  if (*experts > 0) return MakeError("%s: mixture-of-experts llama models are not supported", path.c_str());
-  if (f.Has("llama.rope.scaling.type")) {
-    auto t = f.GetString("llama.rope.scaling.type");
-    if (!t) return fail(t.error());
-    if (*t != "none") return MakeError("%s: RoPE scaling '%s' is not supported", path.c_str(), t->c_str());
-  }
-  if (f.FindTensor("rope_freqs.weight")) {
-    return MakeError("%s: per-dimension RoPE frequency factors (rope_freqs.weight) are not supported", path.c_str());
-  }
-
-  auto vocab = gguf::ReadVocab(f);
-  if (!vocab) return fail(vocab.error());
-  m.vocab_ = std::move(vocab).value();
-
-  LlamaConfig& c = m.config_;
-  struct IntKey {
-    const char* key;
-    int* dst;
-    std::optional<int> def;
-  };
-  for (const IntKey& k : {IntKey{"llama.embedding_length", &c.dim, {}}, IntKey{"llama.block_count", &c.n_layers, {}},
-                          IntKey{"llama.attention.head_count", &c.n_heads, {}},
-                          IntKey{"llama.feed_forward_length", &c.ffn_dim, {}},
-                          IntKey{"llama.context_length", &c.context_length, {}}}) {
-    auto v = GgufInt(f, k.key, k.def);
-    if (!v) return fail(v.error());
-    *k.dst = *v;
-  }
-  if (c.n_heads <= 0) return MakeError("%s: llama.attention.head_count is 0", path.c_str());
-  auto kv = GgufInt(f, "llama.attention.head_count_kv", c.n_heads);
-  if (!kv) return fail(kv.error());
-  c.n_kv_heads = *kv;
-  auto hd = GgufInt(f, "llama.attention.key_length", c.dim / c.n_heads);
-  if (!hd) return fail(hd.error());
-  c.head_dim = *hd;
-  auto vd = GgufInt(f, "llama.attention.value_length", c.head_dim);
-  if (!vd) return fail(vd.error());
-  if (*vd != c.head_dim) {
-    return MakeError("%s: value_length %d != key_length %d is not supported", path.c_str(), *vd, c.head_dim);
-  }
-  if (!f.Has("llama.attention.key_length") && c.dim % c.n_heads != 0) {
-    return MakeError("%s: embedding_length %d is not a multiple of head_count %d", path.c_str(), c.dim, c.n_heads);
-  }
-  auto rd = GgufInt(f, "llama.rope.dimension_count", c.head_dim);
-  if (!rd) return fail(rd.error());
-  c.rope_dims = *rd;
-  auto theta = f.GetF32Or("llama.rope.freq_base", 10000.f);
-  if (!theta) return fail(theta.error());
-  c.rope_theta = *theta;
-  auto eps = f.GetF32Or("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  if (!eps) return fail(eps.error());
-  c.rms_eps = *eps;
-  auto nv = GgufInt(f, "llama.vocab_size", int(m.vocab_.tokens.size()));
-  if (!nv) return fail(nv.error());
-  c.vocab_size = *nv;
-  if (size_t(c.vocab_size) != m.vocab_.tokens.size()) {
-    return MakeError("%s: llama.vocab_size %d differs from the %zu tokenizer tokens", path.c_str(), c.vocab_size,
-                     m.vocab_.tokens.size());
-  }
-  c.tied_output = f.FindTensor("output.weight") == nullptr;
-  if (Status st = ValidateConfig(c); !st.ok()) return fail(st.error());
-
-  LlamaWeights& w = m.weights_;
-  const int64_t dim = c.dim, q_dim = int64_t(c.n_heads) * c.head_dim, kv_dim = int64_t(c.n_kv_heads) * c.head_dim;
-  auto get = [&](const std::string& n, int64_t rows, int64_t cols, bool norm, TensorRef* out) -> Status {
-    auto t = GgufTensor(f, n, rows, cols, norm);
-    if (!t) return fail(t.error());
-    *out = *t;
-    return Status::Ok();
-  };
-  MNEMO_TRY(get("token_embd.weight", c.vocab_size, dim, false, &w.tok_embd));
-  MNEMO_TRY(get("output_norm.weight", 1, dim, true, &w.output_norm));
-  if (c.tied_output) {
-    w.output = w.tok_embd;
-  } else {
-    MNEMO_TRY(get("output.weight", c.vocab_size, dim, false, &w.output));
-  }
-  w.layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; l++) {
-    LlamaLayerWeights& L = w.layers[l];
-    std::string p = "blk." + std::to_string(l) + ".";
-    MNEMO_TRY(get(p + "attn_norm.weight", 1, dim, true, &L.attn_norm));
-    MNEMO_TRY(get(p + "attn_q.weight", q_dim, dim, false, &L.wq));
-    MNEMO_TRY(get(p + "attn_k.weight", kv_dim, dim, false, &L.wk));
-    MNEMO_TRY(get(p + "attn_v.weight", kv_dim, dim, false, &L.wv));
-    MNEMO_TRY(get(p + "attn_output.weight", dim, q_dim, false, &L.wo));
-    MNEMO_TRY(get(p + "ffn_norm.weight", 1, dim, true, &L.ffn_norm));
-    MNEMO_TRY(get(p + "ffn_gate.weight", c.ffn_dim, dim, false, &L.gate));
-    MNEMO_TRY(get(p + "ffn_up.weight", c.ffn_dim, dim, false, &L.up));
-    MNEMO_TRY(get(p + "ffn_down.weight", dim, c.ffn_dim, false, &L.down));
-  }
-  return m;
 }
 
 // ---- llama2.c ----
@@ -269,7 +83,8 @@ Result<ModelFile> ModelFile::OpenLlama2c(MappedFile map, const std::string& path
   m.format_ = ModelFormat::kLlama2c;
   m.path_ = path;
   m.name_ = BaseName(path);
-  LlamaConfig& c = m.config_;
+  ModelConfig& c = m.config_;
+  c.arch = Arch::kLlama;
   c.dim = int(dim);
   c.n_layers = int(n_layers);
   c.n_heads = int(n_heads);
@@ -282,6 +97,7 @@ Result<ModelFile> ModelFile::OpenLlama2c(MappedFile map, const std::string& path
   c.rms_eps = 1e-5f;
   c.context_length = int(seq_len);
   c.tied_output = shared;
+  FillUniformLayers(c);
   if (Status st = ValidateConfig(c); !st.ok()) return MakeError("%s: %s", path.c_str(), st.error().message.c_str());
 
   // Float offsets of each array, in file order (all layers of one kind are contiguous).
@@ -302,13 +118,13 @@ Result<ModelFile> ModelFile::OpenLlama2c(MappedFile map, const std::string& path
   }
   const float* base = reinterpret_cast<const float*>(map.data() + 28);
   auto ref = [base](int64_t o, int64_t rows, int64_t cols) { return TensorRef{DType::F32, base + o, rows, cols}; };
-  LlamaWeights& w = m.weights_;
+  ModelWeights& w = m.weights_;
   w.tok_embd = ref(o_emb, vocab, dim);
   w.output_norm = ref(o_fin, 1, dim);
   w.output = ref(o_cls, vocab, dim);
   w.layers.resize(L);
   for (int64_t l = 0; l < L; l++) {
-    LlamaLayerWeights& y = w.layers[l];
+    LayerWeights& y = w.layers[l];
     y.attn_norm = ref(o_att + l * dim, 1, dim);
     y.wq = ref(o_wq + l * dim * dim, dim, dim);
     y.wk = ref(o_wk + l * kv_dim * dim, kv_dim, dim);

@@ -1,6 +1,7 @@
-// A Llama-family model file opened for inference: its config, its weights (in place in a read-only
-// memory map, never copied) and its vocabulary. Two formats: GGUF (architecture "llama") and the
-// llama2.c checkpoint (.bin, legacy version 0, f32) with its tokenizer .bin.
+// A decoder-only transformer file opened for inference: its config, its weights (in place in a
+// read-only memory map, never copied) and its vocabulary. Two formats: GGUF (architectures llama,
+// qwen2, qwen3, phi3; see gguf_model.cpp) and the llama2.c checkpoint (.bin, legacy version 0, f32)
+// with its tokenizer .bin.
 #pragma once
 
 #include <cstdint>
@@ -13,24 +14,10 @@
 #include "base/status.h"
 #include "format/gguf.h"
 #include "format/mapped_file.h"
+#include "format/model_config.h"
 #include "tokenizer/vocab.h"
 
 namespace mnemo {
-
-struct LlamaConfig {
-  int dim = 0;                   // embedding width (model dimension)
-  int n_layers = 0;              // transformer blocks
-  int n_heads = 0;               // query heads
-  int n_kv_heads = 0;            // key/value heads (grouped-query attention when < n_heads)
-  int head_dim = 0;              // width of one head (q, k and v)
-  int ffn_dim = 0;               // hidden width of the SwiGLU feed-forward
-  int vocab_size = 0;            // tokens (rows of the embedding and of the output matrix)
-  int rope_dims = 0;             // leading dims of each head that RoPE rotates (adjacent pairs)
-  float rope_theta = 10000.f;    // RoPE base frequency
-  float rms_eps = 1e-5f;         // RMSNorm epsilon
-  int context_length = 0;        // trained context, in tokens
-  bool tied_output = false;      // the output matrix is the token embedding (no separate tensor)
-};
 
 // A row-major matrix [rows, cols] (or a vector: rows 1) in place in the model file. GGUF dims
 // [cols, rows] (ne[0] fastest) map to rows x cols.
@@ -40,26 +27,37 @@ struct TensorRef {
   int64_t rows = 0;              // outer dimension
   int64_t cols = 0;              // inner (contiguous) dimension
   size_t bytes() const { return DTypeBytes(dtype, size_t(rows * cols)); }
+  bool present() const { return data != nullptr; }
 };
 
-struct LlamaLayerWeights {
-  TensorRef attn_norm;  // [1, dim] f32
-  TensorRef wq;         // [n_heads * head_dim, dim]
-  TensorRef wk;         // [n_kv_heads * head_dim, dim]
-  TensorRef wv;         // [n_kv_heads * head_dim, dim]
-  TensorRef wo;         // [dim, n_heads * head_dim]
-  TensorRef ffn_norm;   // [1, dim] f32
-  TensorRef gate;       // [ffn_dim, dim] (w1)
-  TensorRef up;         // [ffn_dim, dim] (w3)
-  TensorRef down;       // [dim, ffn_dim] (w2)
+// One layer's tensors. Optional ones are empty (data == nullptr) when the config does not use them.
+struct LayerWeights {
+  TensorRef attn_norm;       // [1, dim] f32
+  TensorRef wq;              // [q_dim, dim]; empty when wqkv is set
+  TensorRef wk;              // [kv_dim, dim]; empty when wqkv is set
+  TensorRef wv;              // [kv_dim, dim]; empty when wqkv is set
+  TensorRef wqkv;            // [q_dim + 2 * kv_dim, dim]: Q, K, V rows fused in the file (phi3), or empty
+  TensorRef bq, bk, bv;      // [1, q_dim], [1, kv_dim], [1, kv_dim] f32 biases (qkv_bias), or empty
+  TensorRef q_norm, k_norm;  // [1, head_dim] f32 per-head RMSNorm weights (qk_norm), or empty
+  TensorRef wo;              // [dim, q_dim]
+  TensorRef attn_post_norm;  // [1, dim] f32 (post_norms), or empty
+  TensorRef ffn_norm;        // [1, dim] f32
+  TensorRef gate;            // [ffn_dim, dim] (w1); empty when `up` holds both (phi3)
+  TensorRef up;              // [ffn_dim, dim] (w3), or [2 * ffn_dim, dim]: gate rows then up rows
+  TensorRef down;            // [dim, ffn_dim] (w2)
+  TensorRef ffn_post_norm;   // [1, dim] f32 (post_norms), or empty
 };
 
-struct LlamaWeights {
+struct ModelWeights {
   TensorRef tok_embd;     // [vocab, dim]
   TensorRef output_norm;  // [1, dim] f32
   TensorRef output;       // [vocab, dim]; the same as tok_embd when the config is tied
-  std::vector<LlamaLayerWeights> layers;  // [n_layers]
+  std::vector<LayerWeights> layers;  // [n_layers]
 };
+
+// Older names, kept while callers move over.
+using LlamaLayerWeights = LayerWeights;
+using LlamaWeights = ModelWeights;
 
 enum class ModelFormat { kGguf, kLlama2c };
 const char* ModelFormatName(ModelFormat f);
@@ -68,8 +66,8 @@ class ModelFile {
  public:
   // Opens a model, detecting the format from the file's first bytes. tokenizer_path applies to
   // llama2.c checkpoints only; when empty, "tokenizer.bin" and then "tok<vocab_size>.bin" next to
-  // the model are tried. Every tensor's shape and dtype is checked against the config; norms
-  // must be f32, matrices f32, f16, bf16 or q8_0.
+  // the model are tried. Every tensor's shape and dtype is checked against the config; norms and
+  // biases must be f32; a GGUF tensor the architecture does not use is an error.
   static Result<ModelFile> Open(const std::string& model_path, const std::string& tokenizer_path = "");
 
   // Builds a model from an already parsed GGUF (taking ownership of it).
@@ -80,8 +78,8 @@ class ModelFile {
   ModelFile(const ModelFile&) = delete;
   ModelFile& operator=(const ModelFile&) = delete;
 
-  const LlamaConfig& config() const { return config_; }
-  const LlamaWeights& weights() const { return weights_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
   const Vocab& vocab() const { return vocab_; }
   ModelFormat format() const { return format_; }
   const std::string& path() const { return path_; }
@@ -96,8 +94,8 @@ class ModelFile {
   ModelFormat format_ = ModelFormat::kGguf;
   std::string path_;
   std::string name_;
-  LlamaConfig config_;
-  LlamaWeights weights_;
+  ModelConfig config_;
+  ModelWeights weights_;
   Vocab vocab_;
   std::unique_ptr<gguf::GgufFile> gguf_;  // GGUF: owns the map the weights point into
   MappedFile map_;                        // llama2.c: the checkpoint map

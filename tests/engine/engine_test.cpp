@@ -21,11 +21,11 @@ constexpr int kMaxContext = 512;
 
 struct Fixture {
   Loaded l;
-  std::unique_ptr<LlamaModel> reference;  // a second model: the engine thread owns l.model
+  std::unique_ptr<Model> reference;  // a second model: the engine thread owns l.model
   std::unique_ptr<Tokenizer> tok;
   Fixture() : l(Load("models/stories260K/stories260K.gguf", "", kernels::Precision::kF32)) {
     tok = std::move(Tokenizer::Create(l.file->vocab()).value());
-    reference = std::move(LlamaModel::Create(*l.file, ModelOptions{kernels::Precision::kF32}).value());
+    reference = std::move(Model::Create(*l.file, ModelOptions{kernels::Precision::kF32}).value());
   }
   double block_mb() const { return l.model->kv_shape(DType::F32).BlockBytes() / 1048576.0; }
 };
@@ -41,7 +41,7 @@ struct Reference {
   std::vector<float> first_logits;
 };
 Reference FromScratch(const std::vector<int32_t>& context, int max_tokens) {
-  LlamaModel& m = *F().reference;
+  Model& m = *F().reference;
   const int vocab = m.config().vocab_size;
   KvStorage kv(m.kv_shape(DType::F32), kMaxContext / kBlockTokens + 1);
   Blocks blocks(kMaxContext / kBlockTokens + 1, false, 0);

@@ -33,7 +33,7 @@ inline bool ExerciseGguf(const uint8_t* data, size_t size) {
   if (vocab.ok()) sink = sink + uint8_t(vocab->tokens.size());
   auto m = ModelFile::FromGguf(std::move(f).value());
   if (m.ok()) {
-    const LlamaWeights& w = m->weights();
+    const ModelWeights& w = m->weights();
     auto touch = [&](const TensorRef& r) {
       auto* p = static_cast<const uint8_t*>(r.data);
       sink = sink + p[0] + p[r.bytes() - 1];
@@ -41,8 +41,9 @@ inline bool ExerciseGguf(const uint8_t* data, size_t size) {
     touch(w.tok_embd);
     touch(w.output);
     for (const auto& l : w.layers) {
-      for (const TensorRef* r : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.gate, &l.up, &l.down}) {
-        touch(*r);
+      for (const TensorRef* r : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wqkv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
+                                 &l.wo, &l.attn_post_norm, &l.ffn_norm, &l.gate, &l.up, &l.down, &l.ffn_post_norm}) {
+        if (r->present()) touch(*r);
       }
     }
   }

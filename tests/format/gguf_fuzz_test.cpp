@@ -22,7 +22,7 @@ std::vector<uint8_t> ReadFile(const std::string& p) {
 // A tiny q8_0 llama model with the stories260K tokenizer (a complete, loadable model).
 std::vector<uint8_t> TinyModel() {
   MakeModelOptions o;
-  LlamaConfig c;
+  ModelConfig c;
   c.dim = 32, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 16, c.ffn_dim = 32;
   c.vocab_size = 512, c.rope_dims = 16, c.context_length = 64;
   o.config = c;

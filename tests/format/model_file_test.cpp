@@ -14,7 +14,7 @@ const std::string kGguf = kDir + "/stories260K.gguf";
 const std::string kBin = kDir + "/stories260K.bin";
 const std::string kTok = kDir + "/tok512.bin";
 
-void ExpectConfig(const LlamaConfig& c) {
+void ExpectConfig(const ModelConfig& c) {
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_layers, 5);
   EXPECT_EQ(c.n_heads, 8);
@@ -35,7 +35,7 @@ TEST(ModelFile, OpensStories260KGguf) {
   ExpectConfig(m->config());
   EXPECT_EQ(m->config().context_length, 2048);
   EXPECT_FALSE(m->config().tied_output);  // output.weight is stored (as a copy)
-  const LlamaWeights& w = m->weights();
+  const ModelWeights& w = m->weights();
   EXPECT_EQ(w.tok_embd.rows, 512);
   EXPECT_EQ(w.tok_embd.cols, 64);
   ASSERT_EQ(w.layers.size(), 5u);
@@ -70,7 +70,7 @@ TEST(ModelFile, GgufAndBinWeightsAreBitIdentical) {
     EXPECT_EQ(std::memcmp(x.data, y.data, x.bytes()), 0) << what;
     compared++;
   };
-  const LlamaWeights &wg = g->weights(), &wb = b->weights();
+  const ModelWeights &wg = g->weights(), &wb = b->weights();
   same(wg.tok_embd, wb.tok_embd, "tok_embd");
   same(wg.output_norm, wb.output_norm, "output_norm");
   same(wg.output, wb.output, "output");

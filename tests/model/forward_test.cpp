@@ -31,7 +31,7 @@ double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Logits of every position, feeding the stream in chunks of the given sizes (cycled).
-std::vector<float> RunChunked(LlamaModel& m, DType kv_dtype, const std::vector<int32_t>& tokens,
+std::vector<float> RunChunked(Model& m, DType kv_dtype, const std::vector<int32_t>& tokens,
                               std::vector<int> chunks, bool scattered) {
   KvStorage kv(m.kv_shape(kv_dtype), 16);
   Blocks blocks(16, scattered, 5);
@@ -163,7 +163,7 @@ namespace {
 // re-rotated must equal the key computed at p' (fp32 tolerance).
 TEST(Rerotation, KeysRerotatedFromPToPPrimeEqualKeysComputedAtPPrime) {
   Loaded l = Load("models/stories260K/stories260K.gguf", "", kernels::Precision::kF32);
-  const LlamaConfig& c = l.model->config();
+  const ModelConfig& c = l.model->config();
   auto tokens = StoryTokens();
   tokens.resize(40);
   const int shift = 37;

@@ -15,7 +15,7 @@
 #include "base/block.h"
 #include "base/rng.h"
 #include "format/model_file.h"
-#include "model/llama.h"
+#include "model/model.h"
 
 namespace mnemo::testing {
 
@@ -35,7 +35,7 @@ inline std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
 // A model with its file kept alive.
 struct Loaded {
   std::unique_ptr<ModelFile> file;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
 };
 
 inline Loaded Load(const std::string& model_rel, const std::string& tok_rel, kernels::Precision p) {
@@ -43,7 +43,7 @@ inline Loaded Load(const std::string& model_rel, const std::string& tok_rel, ker
   EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
   Loaded l;
   l.file = std::make_unique<ModelFile>(std::move(f.value()));
-  auto m = LlamaModel::Create(*l.file, ModelOptions{p});
+  auto m = Model::Create(*l.file, ModelOptions{p});
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   l.model = std::move(m.value());
   return l;
@@ -75,7 +75,7 @@ class Blocks {
 };
 
 // Feeds tokens[from, to) of a sequence as one batch entry; returns logits [to - from, vocab].
-inline std::vector<float> Step(LlamaModel& m, KvStorage& kv, Blocks& blocks, Seq& s,
+inline std::vector<float> Step(Model& m, KvStorage& kv, Blocks& blocks, Seq& s,
                                const std::vector<int32_t>& tokens, int from, int to) {
   Batch b;
   std::vector<int32_t> pos(to - from);

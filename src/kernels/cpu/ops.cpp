@@ -39,29 +39,34 @@ void RmsNorm(const float* x, const float* w, int n, int dim, float eps, float* y
 
 // Angles are computed as llama2.c does (float powf, then pos * freq in float, cosf / sinf), so
 // that golden tests against it agree closely; the table is per call, shared by all heads.
-void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int rope_dims,
-          float theta) {
-  const int half = rope_dims / 2;
-  std::vector<float> freq(half);  // [rope_dims / 2]
+void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, const RopeParams& p) {
+  const int half = p.dims / 2;
+  // Element offsets of the two members of pair i: (2i, 2i + 1) or (i, i + half).
+  const bool neox = p.pairs == RopePairs::kNeox;
+  const int stride = neox ? 1 : 2, second = neox ? half : 1;
+  std::vector<float> freq(half);  // [dims / 2] angle per unit position
   for (int i = 0; i < half; i++) {
-    freq[i] = 1.0f / powf(theta, float(2 * i) / float(rope_dims));
+    freq[i] = p.freq_scale / powf(p.theta, float(2 * i) / float(p.dims));
+    if (p.freq_factors) freq[i] /= p.freq_factors[i];
   }
+  const float mscale = p.attn_factor;
   auto rotate = [&](int t) {
     float cs[256], sn[256];  // cos / sin per pair, chunked to keep them on the stack
     for (int i0 = 0; i0 < half; i0 += 256) {
       const int i1 = std::min(half, i0 + 256);
       for (int i = i0; i < i1; i++) {
         float val = float(pos[t]) * freq[i];
-        cs[i - i0] = cosf(val);
-        sn[i - i0] = sinf(val);
+        cs[i - i0] = cosf(val) * mscale;
+        sn[i - i0] = sinf(val) * mscale;
       }
       for (int h = 0; h < n_heads; h++) {
         float* xh = x + (size_t(t) * n_heads + h) * head_dim;
         for (int i = i0; i < i1; i++) {
-          float v0 = xh[2 * i], v1 = xh[2 * i + 1];
+          float* a = xh + i * stride;
+          float v0 = a[0], v1 = a[second];
           float c = cs[i - i0], s = sn[i - i0];
-          xh[2 * i] = v0 * c - v1 * s;
-          xh[2 * i + 1] = v0 * s + v1 * c;
+          a[0] = v0 * c - v1 * s;
+          a[second] = v0 * s + v1 * c;
         }
       }
     }
@@ -71,6 +76,22 @@ void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int ro
   } else {
     for (int t = 0; t < n; t++) rotate(t);
   }
+}
+
+void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int rope_dims, float theta) {
+  RopeParams p;
+  p.dims = rope_dims;
+  p.theta = theta;
+  Rope(x, pos, n, n_heads, head_dim, p);
+}
+
+void AddBias(float* x, const float* b, int n, int dim) {
+  for (int i = 0; i < n; i++) AddInPlace(x + size_t(i) * dim, b, size_t(dim));
+}
+
+void SoftCap(float* x, size_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (size_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);
 }
 
 void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
