@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 
 namespace mnemo {
@@ -75,9 +76,6 @@ Result<std::unique_ptr<Model>> Model::Create(const ModelFile& file, const ModelO
   m->config_ = file.config();
   const ModelConfig& c = m->config_;
   const ModelWeights& w = file.weights();
-  if (c.ffn_act != FfnActivation::kSilu) {
-    return MakeError("%s: the GELU feed-forward is not implemented yet", ArchName(c.arch));
-  }
   const int orig_ctx = c.rope_orig_context > 0 ? c.rope_orig_context : c.context_length;
   const bool long_rope = !c.rope_factors_long.empty() && opts.n_ctx > orig_ctx;
   m->tok_embd_ = w.tok_embd;
@@ -186,7 +184,10 @@ void Model::AttentionBlock(const Layer& L, int l, const Batch& batch, KvStorage&
     seqs.push_back({s.block_table.data(), s.n_ctx, s.q_begin, s.n_q});
   }
   const float scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  kernels::PagedAttention(q, pos, seqs.data(), static_cast<int>(seqs.size()), layer, c.n_heads, scale, att);
+  kernels::AttnOptions opt;
+  opt.window = L.sliding_window;
+  opt.softcap = c.attn_softcap;
+  kernels::PagedAttention(q, pos, seqs.data(), static_cast<int>(seqs.size()), layer, c.n_heads, scale, att, opt);
   // output projection, post-norm, residual
   L.wo.Forward(att, n, proj);
   if (!L.attn_post_norm.empty()) kernels::RmsNorm(proj, L.attn_post_norm.data(), n, c.dim, c.rms_eps, proj);
@@ -206,7 +207,7 @@ void Model::FeedForwardBlock(const Layer& L, int n) {
   L.w_gate_up.Forward(h, n, gate_up, s_.concat);
   switch (c.ffn_act) {
     case FfnActivation::kSilu: kernels::SwiGlu(gate_up, n, c.ffn_dim, act); break;
-    case FfnActivation::kGeluTanh: MNEMO_CHECK(false && "rejected in Create"); break;
+    case FfnActivation::kGeluTanh: kernels::GeluTanhGated(gate_up, n, c.ffn_dim, act); break;
   }
   L.w_down.Forward(act, n, proj);
   // post-norm, residual
@@ -231,7 +232,7 @@ void Model::Head(const Batch& batch, std::vector<float>& logits) {
   }
   kernels::RmsNorm(sel, out_norm_.data(), rows, c.dim, c.rms_eps, sel);
   output_.Forward(sel, rows, logits.data());
-  if (c.final_softcap > 0) kernels::SoftCap(logits.data(), logits.size(), c.final_softcap);
+  if (c.final_softcap > 0) kernels::SoftCapInPlace(logits.data(), logits.size(), c.final_softcap);
 }
 
 void Model::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits,

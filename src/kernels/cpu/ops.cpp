@@ -89,11 +89,6 @@ void AddBias(float* x, const float* b, int n, int dim) {
   for (int i = 0; i < n; i++) AddInPlace(x + size_t(i) * dim, b, size_t(dim));
 }
 
-void SoftCap(float* x, size_t n, float cap) {
-  const float inv = 1.0f / cap;
-  for (size_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);
-}
-
 void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
   if (UseAvx512()) {
     return detail::ForRowRanges(n, 2 * size_t(ffn), [&](int i0, int i1) {

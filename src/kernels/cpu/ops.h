@@ -38,9 +38,6 @@ void Rope(float* x, const int32_t* pos, int n, int n_heads, int head_dim, int ro
 // x[i, :] += b; x: [n, dim], b: [dim].
 void AddBias(float* x, const float* b, int n, int dim);
 
-// x[i] = cap * tanh(x[i] / cap) (gemma's soft-capping); cap > 0.
-void SoftCap(float* x, size_t n, float cap);
-
 // out[i] = silu(gate[i]) * up[i]; gate_up: [n, 2 * ffn] holding [gate | up] per row; out: [n, ffn].
 void SwiGlu(const float* gate_up, int n, int ffn, float* out);
 
