@@ -155,13 +155,19 @@ TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
     x[5] = 0;  // a zero and a tie-ish value inside the first block
     x[6] = 0.5f * x[7];
     std::vector<int8_t> q1(size_t(n) * in), q2(size_t(n) * in);
-    std::vector<float> d1(n * in / 32), d2(n * in / 32), s1(n * in / 16), s2(n * in / 16);
-    detail::QuantizeActS8Ref(x.data(), n, in, q1.data(), d1.data(), s1.data());
-    detail::QuantizeActS8Avx512(x.data(), n, in, q2.data(), d2.data(), s2.data());
+    std::vector<detail::QActBlock> b1(n * in / 32), b2(n * in / 32);
+    detail::QuantizeActS8Ref(x.data(), n, in, q1.data(), b1.data());
+    detail::QuantizeActS8Avx512(x.data(), n, in, q2.data(), b2.data());
     EXPECT_EQ(q1, q2) << DTypeName(t);
-    EXPECT_EQ(d1, d2) << DTypeName(t);
-    EXPECT_EQ(s1, s2) << DTypeName(t);
-    const detail::QActs acts{q1.data(), d1.data(), s1.data()};
+    for (size_t i = 0; i < b1.size(); i++) {
+      EXPECT_EQ(b1[i].dx, b2[i].dx);
+      EXPECT_EQ(b1[i].dxs32, b2[i].dxs32);
+      for (int h = 0; h < 2; h++) {
+        EXPECT_EQ(b1[i].qsum[h], b2[i].qsum[h]);
+        EXPECT_EQ(b1[i].dxs[h], b2[i].dxs[h]);
+      }
+    }
+    const detail::QActs acts{q1.data(), b1.data()};
     std::vector<float> y1(size_t(n) * out), y2(size_t(n) * out);
     detail::GemvQRef(packed.data(), s, acts, n, 0, out, y1.data(), out);
     detail::GemvQAvx512(packed.data(), s, acts, n, 0, out, y2.data(), out);

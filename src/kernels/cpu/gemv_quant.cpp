@@ -223,7 +223,7 @@ void PackQ(const void* src, const QPacked& s, uint8_t* dst) {
   }
 }
 
-void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, float* dx, float* dxs) {
+void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, QActBlock* out) {
   const int nb = in / 32;
   for (int j = 0; j < n; j++) {
     for (int b = 0; b < nb; b++) {
@@ -232,15 +232,19 @@ void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, float* dx, float
       for (int k = 0; k < 32; k++) amax = std::max(amax, std::fabs(xb[k]));
       const float id = amax > 0 ? 127.0f / amax : 0.0f;
       const float d = amax / 127.0f;
-      dx[size_t(j) * nb + b] = d;
       int sum[2] = {0, 0};
       for (int k = 0; k < 32; k++) {
         const int v = int(std::nearbyint(xb[k] * id));
         q[size_t(j) * in + 32 * b + k] = int8_t(v);
         sum[k / 16] += v;
       }
-      dxs[size_t(j) * 2 * nb + 2 * b] = d * float(sum[0]);
-      dxs[size_t(j) * 2 * nb + 2 * b + 1] = d * float(sum[1]);
+      QActBlock& ab = out[size_t(j) * nb + b];
+      ab.dx = d;
+      ab.qsum[0] = sum[0];
+      ab.qsum[1] = sum[1];
+      ab.dxs[0] = d * float(sum[0]);
+      ab.dxs[1] = d * float(sum[1]);
+      ab.dxs32 = d * float(sum[0] + sum[1]);
     }
   }
 }
@@ -293,9 +297,9 @@ void GemvQRef(const uint8_t* w, const QPacked& s, const QActs& x, int n, int o0,
             const int u = iq4 ? kIq4nlValues[c] + 128 : c;
             dot[k / 16] += u * xq[k];
           }
-          const float dxj = x.dx[size_t(j) * nb + kb];
-          acc += dxj * (sc[0] * float(dot[0]) + sc[1] * float(dot[1])) +
-                 off[0] * x.dxs[size_t(j) * 2 * nb + 2 * kb] + off[1] * x.dxs[size_t(j) * 2 * nb + 2 * kb + 1];
+          const QActBlock& ab = x.b[size_t(j) * nb + kb];
+          acc += ab.dx * (sc[0] * float(dot[0]) + sc[1] * float(dot[1])) + off[0] * ab.dxs[0] +
+                 off[1] * ab.dxs[1];
         }
       }
       y[size_t(j) * ldy + o] = acc;

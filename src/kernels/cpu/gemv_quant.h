@@ -87,15 +87,21 @@ QPacked QShape(DType t, int out, int in);  // t must satisfy HasQFormat
 void PackQ(const void* src, const QPacked& s, uint8_t* dst);
 
 // Activations of n rows quantised per 32-block: q = round-to-even(x * 127 / max|x|) (int8),
-// dx = max|x| / 127, and dxs = dx * sum of q over each 16-element half (for the offset terms).
-struct QActs {
-  const int8_t* q;    // [n, in]
-  const float* dx;    // [n, in / 32]
-  const float* dxs;   // [n, in / 16]
+// dx = max|x| / 127; per block also the sums of q over its two 16-element halves, as integers
+// and times dx (the offset terms), and dx times the sum over the whole block.
+struct QActBlock {
+  float dx;
+  float dxs[2];      // dx * qsum[h]
+  float dxs32;       // dx * (qsum[0] + qsum[1])
+  int32_t qsum[2];   // sum of q over elements [16h, 16h + 16)
 };
-// x: [n, in] f32 -> q [n, in], dx [n, in / 32], dxs [n, in / 16]; in a multiple of 32.
-void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, float* dx, float* dxs);
-void QuantizeActS8Avx512(const float* x, int n, int in, int8_t* q, float* dx, float* dxs);
+struct QActs {
+  const int8_t* q;         // [n, in]
+  const QActBlock* b;      // [n, in / 32]
+};
+// x: [n, in] f32 -> q [n, in], b [n, in / 32]; in a multiple of 32.
+void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, QActBlock* b);
+void QuantizeActS8Avx512(const float* x, int n, int in, int8_t* q, QActBlock* b);
 
 // y[j, o] = sum_k w[o, k] x[j, k] over the quantised activations, for j < n and o in [o0, o1)
 // (o0 a multiple of 16); y has row stride ldy.

@@ -175,19 +175,17 @@ void Linear::Forward(const float* x, int n, float* y) const {
   if (m.q.size() > 0) {
     // One kernel for every n: it beat oneDNN bf16 at n = 512 as the q8_0 one does (see
     // docs/benchmarks.md); the weights are expanded in registers, never in memory.
-    thread_local std::vector<int8_t> xq;  // [n, in]
-    thread_local std::vector<float> xd;   // [n, in / 32], then [n, in / 16] (dx * sums)
+    thread_local std::vector<int8_t> xq;      // [n, in]
+    thread_local std::vector<QActBlock> xb;   // [n, in / 32]
     const int nb = m.in / 32;
     xq.resize(size_t(n) * m.in);
-    xd.resize(size_t(n) * nb * 3);
+    xb.resize(size_t(n) * nb);
     int8_t* xq_p = xq.data();  // see the q8 case
-    float* xd_p = xd.data();
-    float* xs_p = xd_p + size_t(n) * nb;
+    QActBlock* xb_p = xb.data();
     ForRowRanges(n, m.in, [&](int j0, int j1) {
-      k.quant_s8(x + size_t(j0) * m.in, j1 - j0, m.in, xq_p + size_t(j0) * m.in,
-                 xd_p + size_t(j0) * nb, xs_p + size_t(j0) * 2 * nb);
+      k.quant_s8(x + size_t(j0) * m.in, j1 - j0, m.in, xq_p + size_t(j0) * m.in, xb_p + size_t(j0) * nb);
     });
-    const QActs acts{xq_p, xd_p, xs_p};
+    const QActs acts{xq_p, xb_p};
     ParallelRows(m.out, kQPanelOut, [&](int o0, int o1) {
       k.gemv_q(m.q.as<uint8_t>(), m.q_shape, acts, n, o0, o1, y, m.out);
     });

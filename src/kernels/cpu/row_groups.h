@@ -3,12 +3,12 @@
 
 namespace mnemo::kernels::detail {
 
-// Splits n rows into groups of at most kMax (<= 8), as even as possible, calling
+// Splits n rows into groups of at most kMax (<= 12), as even as possible, calling
 // fn.template operator()<R>(first_row) per group: the kernels keep R rows' accumulators in
 // registers, so R is a template parameter.
 template <int kMax, class Fn>
 void ForRowGroups(int n, Fn&& fn) {
-  static_assert(kMax >= 4 && kMax <= 8);
+  static_assert(kMax >= 4 && kMax <= 12);
   const int groups = (n + kMax - 1) / kMax;
   int j = 0;
   for (int g = 0; g < groups; g++) {
@@ -22,6 +22,10 @@ void ForRowGroups(int n, Fn&& fn) {
       case 6: if constexpr (kMax >= 6) fn.template operator()<6>(j); break;
       case 7: if constexpr (kMax >= 7) fn.template operator()<7>(j); break;
       case 8: if constexpr (kMax >= 8) fn.template operator()<8>(j); break;
+      case 9: if constexpr (kMax >= 9) fn.template operator()<9>(j); break;
+      case 10: if constexpr (kMax >= 10) fn.template operator()<10>(j); break;
+      case 11: if constexpr (kMax >= 11) fn.template operator()<11>(j); break;
+      case 12: if constexpr (kMax >= 12) fn.template operator()<12>(j); break;
     }
     j += r;
   }
