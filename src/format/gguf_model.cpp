@@ -6,6 +6,7 @@
 // architecture's feature flags, (3) rotary scaling, (4) tensors, loaded by feature (not by name of
 // architecture), (5) every tensor in the file must have been used.
 #include <cinttypes>
+#include <cmath>
 #include <set>
 
 #include "format/gguf_vocab.h"
@@ -115,8 +116,69 @@ Status ApplyArchFeatures(const gguf::GgufFile& f, ModelConfig& c) {
       c.rope_style = RopeStyle::kNeox;
       break;
     case Arch::kGemma2:
-    case Arch::kGemma3:
-      return MakeError("architecture '%s' is not supported yet", ArchName(c.arch));
+    case Arch::kGemma3: {
+      // Both: NEOX rotary, RMSNorm after the attention and FFN outputs too, GELU-tanh gated FFN,
+      // embeddings scaled by sqrt(dim). Norm weights are used as stored: Gemma's RMSNorm scales by
+      // (1 + w), and llama.cpp's converter writes 1 + w into the file.
+      const std::string a = std::string(ArchName(c.arch)) + ".";
+      c.rope_style = RopeStyle::kNeox;
+      c.post_norms = true;
+      c.ffn_act = FfnActivation::kGeluTanh;
+      c.embed_scale = std::sqrt(float(c.dim));
+      // llama.cpp scales queries by 1 / sqrt(head_dim), except for the 27B models (recognised by
+      // their layer count: 46 gemma2, 62 gemma3), whose query_pre_attn_scalar is dim / n_heads; it
+      // reads no key for it.
+      const bool is_27b = c.n_layers == (c.arch == Arch::kGemma2 ? 46 : 62);
+      c.attn_scale = 1.0f / std::sqrt(float(is_27b ? c.dim / c.n_heads : c.head_dim));
+      if (c.arch == Arch::kGemma2) {
+        // Always soft-capped (llama.cpp's defaults 50 and 30 when the keys are absent); tied output.
+        auto attn = f.GetF32Or(a + "attn_logit_softcapping", 50.f);
+        if (!attn) return attn.error();
+        auto fin = f.GetF32Or(a + "final_logit_softcapping", 30.f);
+        if (!fin) return fin.error();
+        c.attn_softcap = *attn;
+        c.final_softcap = *fin;
+        if (f.FindTensor("output.weight")) return MakeError("gemma2 has no output.weight (its output is tied)");
+      } else {
+        c.qk_norm = true;
+        auto fin = f.GetF32Or(a + "final_logit_softcapping", 0.f);
+        if (!fin) return fin.error();
+        c.final_softcap = *fin;
+      }
+      if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0)) return MakeError("negative soft-cap");
+      break;
+    }
+  }
+  return Status::Ok();
+}
+
+// Gemma's interleaved layers, after FillUniformLayers: with a sliding window of W tokens and a
+// period P, layer l is local (window W) when l % P < P - 1, global otherwise (llama.cpp's
+// set_swa_pattern). gemma2: W = attention.sliding_window (default 4096), P = 2, local layers keep
+// the global rotary; gemma3: no key or W = 0 means every layer global; P = 6; local layers rotate
+// with rope.freq_base_swa (default 10000) and no position scaling.
+Status ApplySlidingWindows(const gguf::GgufFile& f, ModelConfig& c) {
+  if (c.arch != Arch::kGemma2 && c.arch != Arch::kGemma3) return Status::Ok();
+  const std::string a = std::string(ArchName(c.arch)) + ".";
+  const bool g2 = c.arch == Arch::kGemma2;
+  auto window = GgufInt(f, a + "attention.sliding_window", g2 ? 4096 : 0);
+  if (!window) return window.error();
+  if (*window == 0) {
+    if (g2) return MakeError("gemma2 sliding window is 0");
+    return Status::Ok();
+  }
+  auto period = GgufInt(f, a + "attention.sliding_window_pattern", g2 ? 2 : 6);
+  if (!period) return period.error();
+  auto base = f.GetF32Or(a + "rope.freq_base_swa", g2 ? c.rope_theta : 10000.f);
+  if (!base) return base.error();
+  if (!(*base > 0)) return MakeError("rope.freq_base_swa = %g", *base);
+  for (int l = 0; l < c.n_layers; l++) {
+    const bool local = *period == 0 || l % *period < *period - 1;
+    if (!local) continue;
+    LayerConfig& L = c.layers[size_t(l)];
+    L.sliding_window = *window;
+    L.rope.theta = *base;
+    if (!g2) L.rope.freq_scale = 1.f;
   }
   return Status::Ok();
 }
@@ -227,7 +289,7 @@ Result<ModelFile> ModelFile::FromGguf(gguf::GgufFile g) {
   if (!arch_name) return fail(arch_name.error());
   std::optional<Arch> arch = ArchFromName(*arch_name);
   if (!arch) {
-    return MakeError("%s: architecture '%s' is not supported (llama, qwen2, qwen3, phi3)", path.c_str(),
+    return MakeError("%s: architecture '%s' is not supported (llama, qwen2, qwen3, phi3, gemma2, gemma3)", path.c_str(),
                      arch_name->c_str());
   }
   const std::string a = *arch_name + ".";
@@ -297,6 +359,7 @@ Result<ModelFile> ModelFile::FromGguf(gguf::GgufFile g) {
   }
   if (Status st = ReadRopeScaling(f, tr, a, c, rope_extra); !st.ok()) return fail(st.error());
   FillUniformLayers(c, rope_extra);
+  if (Status st = ApplySlidingWindows(f, c); !st.ok()) return fail(st.error());
   if (Status st = ValidateConfig(c); !st.ok()) return fail(st.error());
 
   ModelWeights& w = m.weights_;

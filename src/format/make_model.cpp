@@ -59,6 +59,35 @@ std::vector<float> Llama3RopeFactors(int dims, float theta, float factor, float 
   return f;
 }
 
+// Gemma's values beyond the shape, per preset.
+struct GemmaExtras {
+  int window;            // attention.sliding_window (tokens)
+  int period;            // every period-th layer is global (attention.sliding_window_pattern)
+  float swa_theta;       // gemma3: rope.freq_base_swa of the local layers
+  float attn_softcap;    // gemma2: attn_logit_softcapping
+  float final_softcap;   // final_logit_softcapping (0: none, gemma3 only)
+};
+
+// Sets gemma's features and interleaved layers on c (after FillUniformLayers), as the GGUF loader
+// reads them back (gguf_model.cpp).
+void SetGemmaFeatures(const GemmaExtras& g, ModelConfig& c) {
+  c.post_norms = true;
+  c.ffn_act = FfnActivation::kGeluTanh;
+  c.embed_scale = std::sqrt(float(c.dim));
+  c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+  c.qk_norm = c.arch == Arch::kGemma3;
+  c.attn_softcap = c.arch == Arch::kGemma2 ? g.attn_softcap : 0.f;
+  c.final_softcap = g.final_softcap;
+  for (int l = 0; l < c.n_layers; l++) {
+    if (l % g.period == g.period - 1) continue;  // global
+    c.layers[size_t(l)].sliding_window = g.window;
+    if (c.arch == Arch::kGemma3) {
+      c.layers[size_t(l)].rope.theta = g.swa_theta;
+      c.layers[size_t(l)].rope.freq_scale = 1.f;
+    }
+  }
+}
+
 // Sets the features of an architecture on a shape (as the GGUF loader would read them back).
 void SetArchFeatures(const std::string& arch, ModelConfig& c) {
   RopeConfig extra;
@@ -88,6 +117,8 @@ void SetArchFeatures(const std::string& arch, ModelConfig& c) {
     }
     const double scale = double(c.context_length) / c.rope_orig_context;
     extra.attn_factor = float(std::sqrt(1 + std::log(scale) / std::log(double(c.rope_orig_context))));
+  } else if (arch == "gemma2" || arch == "gemma3") {
+    c.rope_style = RopeStyle::kNeox;
   }
   FillUniformLayers(c, extra);
 }
@@ -131,6 +162,31 @@ const PresetEntry kPresets[] = {
     {"phi3", "tiny", {256, 2, 4, 2, 64, 768, 0, 1024, 10000.f, 1e-5f, false}},
     {"phi3", "small", {512, 4, 8, 8, 64, 1536, 0, 4096, 10000.f, 1e-5f, false}},
     {"phi3", "phi-3-mini", {3072, 32, 32, 32, 96, 8192, 0, 4096, 10000.f, 1e-5f, false}},
+    {"gemma2", "tiny", {256, 4, 4, 2, 64, 768, 0, 512, 10000.f, 1e-6f, true}},
+    {"gemma2", "small", {512, 4, 8, 4, 64, 1536, 0, 2048, 10000.f, 1e-6f, true}},
+    {"gemma2", "gemma-2-2b", {2304, 26, 8, 4, 256, 9216, 0, 8192, 10000.f, 1e-6f, true}},
+    {"gemma3", "tiny", {256, 4, 4, 2, 64, 768, 0, 512, 1000000.f, 1e-6f, true}},
+    {"gemma3", "small", {512, 6, 8, 4, 64, 1536, 0, 2048, 1000000.f, 1e-6f, true}},
+    {"gemma3", "gemma-3-1b", {1152, 26, 4, 1, 256, 6912, 0, 32768, 1000000.f, 1e-6f, true}},
+};
+
+// Windows and soft-caps of the gemma presets. Tiny ones: windows of at most 32 tokens that do not
+// fall on a block boundary, a global layer every 2nd (gemma2) / 3rd (gemma3, written as
+// sliding_window_pattern) layer, and soft-caps near the size of the scores and logits these
+// random weights give (attention scores ~0.1, logits ~0.3 rms), so that they change them. The
+// realistic ones follow the published configs.
+struct GemmaPreset {
+  const char* arch;
+  const char* name;
+  GemmaExtras extras;
+};
+const GemmaPreset kGemmaPresets[] = {
+    {"gemma2", "tiny", {24, 2, 10000.f, 0.15f, 1.0f}},
+    {"gemma2", "small", {64, 2, 10000.f, 0.3f, 2.0f}},
+    {"gemma2", "gemma-2-2b", {4096, 2, 10000.f, 50.f, 30.f}},
+    {"gemma3", "tiny", {20, 3, 20000.f, 0.f, 1.0f}},
+    {"gemma3", "small", {48, 6, 10000.f, 0.f, 0.f}},
+    {"gemma3", "gemma-3-1b", {512, 6, 10000.f, 0.f, 0.f}},
 };
 
 // The tensors of a config, in file order, named as llama.cpp names them.
@@ -235,11 +291,34 @@ void AddArchMetadata(gguf::GgufWriter& w, const ModelConfig& c) {
     w.AddF32(a + "rope.scaling.factor", 1.f / r.freq_scale);
   }
   w.AddU32(a + "vocab_size", uint32_t(c.vocab_size));
+  if (c.arch == Arch::kGemma2 || c.arch == Arch::kGemma3) {
+    // The window and the period from the layers (SetGemmaFeatures' pattern), the local base.
+    int window = 0, period = 0, first_local = -1;
+    for (int l = 0; l < c.n_layers; l++) {
+      if (c.layers[size_t(l)].sliding_window > 0) {
+        window = c.layers[size_t(l)].sliding_window;
+        if (first_local < 0) first_local = l;
+      } else if (period == 0) {
+        period = l + 1;
+      }
+    }
+    if (window > 0) {
+      w.AddU32(a + "attention.sliding_window", uint32_t(window));
+      const int def = c.arch == Arch::kGemma2 ? 2 : 6;
+      if (period > 0 && period != def) w.AddU32(a + "attention.sliding_window_pattern", uint32_t(period));
+      if (c.arch == Arch::kGemma3) w.AddF32(a + "rope.freq_base_swa", c.layers[size_t(first_local)].rope.theta);
+    }
+    if (c.arch == Arch::kGemma2) w.AddF32(a + "attn_logit_softcapping", c.attn_softcap);
+    // gemma2 always caps (llama.cpp's default 30 when absent), gemma3 only when the key is there.
+    if (c.arch == Arch::kGemma2 || c.final_softcap > 0) {
+      w.AddF32(a + "final_logit_softcapping", c.final_softcap);
+    }
+  }
 }
 
 }  // namespace
 
-std::vector<std::string> MakeModelArchs() { return {"llama", "llama3", "qwen2", "qwen3", "phi3"}; }
+std::vector<std::string> MakeModelArchs() { return {"llama", "llama3", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}; }
 
 std::vector<std::string> PresetNames(const std::string& arch) {
   std::vector<std::string> out;
@@ -254,6 +333,9 @@ Result<ModelConfig> PresetConfig(const std::string& arch, const std::string& pre
     if (arch != e.arch || preset != e.name) continue;
     ModelConfig c = FromShape(e.shape);
     SetArchFeatures(arch, c);
+    for (const GemmaPreset& g : kGemmaPresets) {
+      if (arch == g.arch && preset == g.name) SetGemmaFeatures(g.extras, c);
+    }
     return c;
   }
   std::string names;

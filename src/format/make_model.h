@@ -16,13 +16,15 @@
 namespace mnemo {
 
 // Architectures make-model writes: "llama", "llama3" (llama with llama3 rope frequency factors
-// and tied embeddings), "qwen2", "qwen3", "phi3".
+// and tied embeddings), "qwen2", "qwen3", "phi3", "gemma2", "gemma3".
 std::vector<std::string> MakeModelArchs();
 
 // Presets of an architecture: "tiny" (2 layers, every matrix width a multiple of 256, vocab from
 // the vocab file), "small" (4 layers, width 512), and realistic shapes: llama "llama-25m",
 // "llama-110m", "llama-1b" (TinyLlama-1.1B; these three use a 32000-token vocab); llama3
-// "llama-3.2-1b"; qwen2 "qwen2.5-0.5b"; qwen3 "qwen3-0.6b"; phi3 "phi-3-mini". vocab_size 0
+// "llama-3.2-1b"; qwen2 "qwen2.5-0.5b"; qwen3 "qwen3-0.6b"; phi3 "phi-3-mini"; gemma2
+// "gemma-2-2b"; gemma3 "gemma-3-1b". Gemma's tiny presets have 4 layers, sliding windows of 24
+// (gemma2) and 20 (gemma3) tokens and soft-caps that change ordinary scores and logits. vocab_size 0
 // means "as many tokens as the vocab file has".
 Result<ModelConfig> PresetConfig(const std::string& arch, const std::string& preset);
 std::vector<std::string> PresetNames(const std::string& arch);
