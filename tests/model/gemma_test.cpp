@@ -6,11 +6,12 @@
 // Also: windowed attention over cached KV equals a whole prefill, whatever the chunking.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <set>
+#include <map>
 
 #include "format/make_model.h"
 #include "test_util.h"
@@ -37,21 +38,30 @@ std::string Sha256Hex(const std::string& path) {
 }
 
 // `mnemo make-model --arch ARCH --preset tiny --dtype f32 --seed 1 --vocab ggml-vocab-llama-spm.gguf`,
-// written once per test binary run.
+// written once per process, into a file of this process (ctest runs each test as its own process,
+// side by side), removed at exit.
 std::string TinyModel(const std::string& arch) {
-  const std::string path = std::string(MNEMO_BINARY_DIR) + "/tests/model/" + arch + "-tiny-f32-seed1.gguf";
-  static std::set<std::string> made;
-  if (made.insert(arch).second) {
-    MakeModelOptions o;
-    o.arch = arch;
-    o.preset = "tiny";
-    o.dtype = DType::F32;
-    o.seed = 1;
-    o.vocab_path = SharedPath("models/vocab/ggml-vocab-llama-spm.gguf");
-    o.output_path = path;
-    Status st = MakeModel(o);
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
-  }
+  struct Files {
+    std::map<std::string, std::string> paths;  // arch -> file
+    ~Files() {
+      for (auto& [a, p] : paths) std::filesystem::remove(p);
+    }
+  };
+  static Files files;
+  auto it = files.paths.find(arch);
+  if (it != files.paths.end()) return it->second;
+  const std::string path = std::string(MNEMO_BINARY_DIR) + "/tests/model/" + arch + "-tiny-f32-seed1-" +
+                           std::to_string(getpid()) + ".gguf";
+  MakeModelOptions o;
+  o.arch = arch;
+  o.preset = "tiny";
+  o.dtype = DType::F32;
+  o.seed = 1;
+  o.vocab_path = SharedPath("models/vocab/ggml-vocab-llama-spm.gguf");
+  o.output_path = path;
+  Status st = MakeModel(o);
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  files.paths[arch] = path;
   return path;
 }
 
