@@ -15,6 +15,7 @@ Result<CacheManager::Acquired> Engine::AcquireNow(SessionId s, int n) {
     if (ad == Admission::kImpossible || tries > 100) {
       return MakeError("the KV of %d positions cannot be brought into the compute tier now", n);
     }
+    cache_->Maintain(0, Now());  // makes the room Acquire asked for, starts its disk loads
     SubmitTransfers();
     transfer_->WaitIdle();
   }

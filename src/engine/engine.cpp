@@ -88,6 +88,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& to
   if (cc.t1_blocks > 0) e->t1_ = std::make_unique<KvStorage>(shape, cc.t1_blocks);
   e->cache_ = std::make_unique<CacheManager>(cc, std::move(policy.value()));
   e->transfer_ = std::make_unique<TransferEngine>(e->t0_.get(), e->t1_.get(), e->t2_.get());
+  e->transfer_->SetListener([p = e.get()] {
+    {
+      std::lock_guard<std::mutex> lock(p->mu_);
+      p->transfers_done_ = true;
+    }
+    p->cv_.notify_all();
+  });
   for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
     if (tokenizer.IsEog(id)) e->eog_tokens_.push_back(id);
   }
@@ -104,6 +111,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  transfer_.reset();  // its listener locks mu_: stop its thread while mu_ still exists
 }
 
 void Engine::Call(const std::function<void()>& fn) {
@@ -120,19 +128,35 @@ void Engine::Call(const std::function<void()>& fn) {
 }
 
 void Engine::Loop() {
+  // Sleeps until there is something to do: a command (a new turn, a session verb), a finished tier
+  // copy, or a runnable turn. A waiting turn that a step could not admit while copies are in
+  // flight sleeps until one lands: it never spins on Step() (each Acquire it would make only
+  // records the room it wants; upkeep starts each copy once). Without copies in flight upkeep
+  // frees blocks at once (drops), so the next step admits it. Housekeeping (session expiry)
+  // wakes the loop once a second when configured.
+  const bool housekeeping = config_.session_ttl_s > 0 || config_.max_sessions > 0;
+  bool stuck = false;  // the last step ran nothing while turns waited
   for (;;) {
     std::deque<std::function<void()>> cmds;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      bool idle = waiting_.empty() && running_.empty();
-      if (idle && commands_.empty() && !stop_) {
-        cv_.wait_for(lock, std::chrono::milliseconds(cache_->transfers_in_flight() ? 1 : 100));
+      const bool blocked = stuck && cache_->transfers_in_flight();
+      auto ready = [&] {
+        return stop_ || !commands_.empty() || transfers_done_ || !running_.empty() ||
+               (!waiting_.empty() && !blocked);
+      };
+      if (housekeeping) {
+        cv_.wait_for(lock, std::chrono::seconds(1), ready);
+      } else {
+        cv_.wait(lock, ready);
       }
+      transfers_done_ = false;
       if (stop_) break;
       cmds.swap(commands_);
     }
     for (auto& c : cmds) c();
     Step();
+    stuck = running_.empty() && !waiting_.empty();
   }
   // Shutdown: cancel what is queued or running, then keep the KV on disk for a restart.
   double now = Now();

@@ -179,6 +179,7 @@ class Engine {
   std::deque<std::function<void()>> commands_;
   std::atomic<int> queued_{0};  // turns submitted and not yet finished
   bool stop_ = false;
+  bool transfers_done_ = false;     // a tier copy finished since the engine thread last looked
   std::vector<SessionId> expired_;  // deleted by ExpireSessions, not yet taken
   double start_;
   std::thread thread_;

@@ -379,33 +379,27 @@ int CacheManager::PinnedT0Blocks() const {
   return n;
 }
 
-Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired* out) {
-  SessionRec& S = sessions_.at(s);
-  MNEMO_CHECK(!S.acquired && n_tokens >= S.kv_tokens);
-  const int n_chunks = ChunksFor(n_tokens);
-  if (n_chunks > admission_blocks()) return Admission::kImpossible;
-  Touch(S, now);
+CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) const {
+  Room r;
+  r.need_blocks = std::max(0, ChunksFor(n_tokens) - static_cast<int>(S.chunks.size()));
+  for (int32_t id : S.chunks) {
+    const ChunkRec& c = recs_[id];
+    r.already_pinned += c.pins > 0;
+    const InFlight* f = c.op != 0 ? &in_flight_.at(c.op) : nullptr;
+    // A chunk loading into T0 has its block reserved already; anything else not in T0 needs one.
+    if (c.tier != Tier::kT0 && !(f && f->op.dst == Tier::kT0)) r.need_blocks++;
+    if (c.readers > 0) r.wait = true;  // a copy reads it (e.g. for a fork): let it land first
+    if (c.tier == Tier::kT2 && c.op == 0) r.wait = true;  // must be loaded first
+    // A demotion out of T0 can be revived; loads and spills must land first.
+    if (f && !(c.tier == Tier::kT0 && f->op.dst != Tier::kT0)) r.wait = true;
+  }
+  return r;
+}
 
-  int already_pinned = 0, need_blocks = n_chunks - static_cast<int>(S.chunks.size());
-  bool wait = false;
+void CacheManager::StartLoads(SessionRec& S, double now) {
   for (int32_t id : S.chunks) {
     ChunkRec& c = recs_[id];
-    already_pinned += c.pins > 0;
-    if (c.tier != Tier::kT0) need_blocks++;
-    if (c.readers > 0) wait = true;  // a copy reads it (e.g. for a fork): let it land first
-    if (c.op != 0) {
-      // A demotion out of T0 can be revived; loads and spills must land first.
-      if (!(c.tier == Tier::kT0 && in_flight_.at(c.op).op.dst != Tier::kT0)) wait = true;
-    }
-  }
-  if (PinnedT0Blocks() + n_chunks - already_pinned > admission_blocks()) return Admission::kLater;
-
-  // Pin our own chunks while making room, so that they are not the victims.
-  for (int32_t id : S.chunks) recs_[id].pins++;
-  for (int32_t id : S.chunks) {  // bring disk chunks up: straight to T0 if there is room, else T1
-    ChunkRec& c = recs_[id];
     if (c.tier != Tier::kT2 || c.op != 0 || c.readers > 0) continue;
-    wait = true;
     Tier dst = Tier::kT0;
     int32_t b = t0_.Allocate();
     if (b < 0 && config_.t1_blocks > 0) {
@@ -414,10 +408,31 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
     }
     if (b >= 0) StartOp(id, dst, b, true);
   }
-  // Start making room even while waiting, so that admission progresses.
-  if (t0_.num_free() < need_blocks) EvictFromT0(need_blocks - t0_.num_free(), now);
-  for (int32_t id : S.chunks) recs_[id].pins--;
-  if (wait || t0_.num_free() < need_blocks) return Admission::kLater;
+}
+
+int CacheManager::PendingDemotions() const {
+  int n = 0;
+  for (const auto& [id, f] : in_flight_) {
+    const ChunkRec& c = recs_[f.rec];
+    n += f.copy_of < 0 && f.op.src == Tier::kT0 && f.op.dst != Tier::kT0 && !c.revived && c.pins == 0;
+  }
+  return n;
+}
+
+Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired* out) {
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired && n_tokens >= S.kv_tokens);
+  const int n_chunks = ChunksFor(n_tokens);
+  if (n_chunks > admission_blocks()) return Admission::kImpossible;
+  Touch(S, now);
+  const Room room = RoomFor(S, n_tokens);
+  // Running turns hold T0: making room now would evict what they will release anyway.
+  if (PinnedT0Blocks() + n_chunks - room.already_pinned > admission_blocks()) return Admission::kLater;
+  if (room.wait || t0_.num_free() < room.need_blocks) {
+    want_ = Want{s, n_tokens};
+    return Admission::kLater;
+  }
+  if (want_.session == s) want_ = Want{};
 
   // Everything fits: pin and map every chunk to a T0 block.
   *out = Acquired{};
@@ -471,7 +486,7 @@ bool CacheManager::Grow(SessionId s, int n_tokens, std::vector<int32_t>* table) 
   MNEMO_CHECK(S.acquired);
   while (static_cast<int>(S.chunks.size()) < ChunksFor(n_tokens)) {
     int32_t b = t0_.Allocate();
-    if (b < 0 && EvictFromT0(1, S.last_active) > 0) b = t0_.Allocate();
+    if (b < 0 && EvictFromT0(1, clock_) > 0) b = t0_.Allocate();
     if (b < 0) return false;
     int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
     recs_[id].tier = Tier::kT0;
@@ -552,12 +567,23 @@ void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
 
 void CacheManager::Maintain(int32_t free_target, double now) {
   clock_ = std::max(clock_, now);
-  int pending = 0;
-  for (const auto& [id, f] : in_flight_) {
-    pending += f.op.src == Tier::kT0 && f.op.dst != Tier::kT0 && !recs_[f.rec].revived;
+  int target = free_target;
+  auto w = want_.session >= 0 ? sessions_.find(want_.session) : sessions_.end();
+  if (w != sessions_.end() && !w->second.acquired && want_.n_tokens >= w->second.kv_tokens) {
+    SessionRec& W = w->second;
+    // The waiting session's own chunks are neither victims nor counted as room being made (a
+    // demotion of one of them is revived when it is admitted).
+    for (int32_t id : W.chunks) recs_[id].pins++;
+    StartLoads(W, now);
+    target = std::max(target, RoomFor(W, want_.n_tokens).need_blocks);
+    const int short_by = target - t0_.num_free() - PendingDemotions();
+    if (short_by > 0) EvictFromT0(short_by, now);
+    for (int32_t id : W.chunks) recs_[id].pins--;
+  } else {
+    const int short_by = target - t0_.num_free() - PendingDemotions();
+    if (short_by > 0) EvictFromT0(short_by, now);
   }
-  int short_by = free_target - t0_.num_free() - pending;
-  if (short_by > 0) EvictFromT0(short_by, now);
+  want_ = Want{};
   if (config_.t1_blocks > 0 && config_.t2_blocks > 0) {
     const int t1_target = std::max(1, config_.t1_blocks / 16);
     int spilling = 0;

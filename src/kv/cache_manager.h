@@ -128,13 +128,16 @@ class CacheManager {
     int hit_tokens[3] = {0, 0, 0};     // positions below kv_tokens served from T0, T1, T2
   };
   // Makes positions [0, n_tokens) of s resident in T0 and pins them until Release/Suspend.
-  // kOk fills `out`; kLater means it cannot fit yet (running requests hold T0, or copies that
-  // make room or bring chunks up from disk are in flight: call again at a later step);
-  // kImpossible means n_tokens can never fit in T0's admission share.
+  // kOk fills `out`; kLater means it cannot fit yet (running requests hold T0, or room must be
+  // made, or chunks must come up from disk: call again after the next Maintain); kImpossible
+  // means n_tokens can never fit in T0's admission share.
+  // kLater has no side effect but recording the room s wants (the latest kLater wins); the next
+  // Maintain makes that room, counting demotions already in flight, and starts s's disk loads.
+  // So calling Acquire at every step while copies are in flight starts no more copies.
   Admission Acquire(SessionId s, int n_tokens, double now, Acquired* out);
   // Extends an acquired session to n_tokens positions (generated tokens), appending blocks to
   // `table`. May use the reserve. False when no block can be had now (the caller suspends a
-  // running request and retries).
+  // running request and retries). Evicts by the latest engine time seen (Maintain, Acquire, ...).
   bool Grow(SessionId s, int n_tokens, std::vector<int32_t>* table);
   // Unpins s. kv_tokens positions now hold valid KV (blocks past them are freed). kv_tokens may
   // end inside a shared chunk that s was recomputing when it stopped (a suspension): s keeps the
@@ -148,8 +151,11 @@ class CacheManager {
   bool HoldsT0(SessionId s, const std::vector<int32_t>& table) const;
 
   // ---- background work ----
-  // Starts demotions so that at least `free_target` T0 blocks are free or being freed, and keeps
-  // a little room in T1 by spilling to T2. Never touches pinned chunks.
+  // Upkeep, once per engine step: starts the disk loads of the admission that last returned
+  // kLater and demotions so that at least max(free_target, the room it wants) T0 blocks are free
+  // or being freed by demotions in flight (so repeated calls start nothing new), and keeps a
+  // little room in T1 by spilling to T2. Never touches pinned chunks or the waiting session's.
+  // The recorded want is consumed: a turn still waiting records it again at its next Acquire.
   void Maintain(int32_t free_target, double now);
   // Copies planned since the last call (swap-outs, spills, loads); swap-ins come with Acquire.
   std::vector<TransferOp> TakeTransfers();
@@ -188,6 +194,17 @@ class CacheManager {
     double last_active = 0;
     bool acquired = false;
   };
+  // What admitting s for n_tokens positions needs now.
+  struct Room {
+    int need_blocks = 0;     // T0 blocks to be free: chunks not in T0 (nor loading into it), new chunks
+    int already_pinned = 0;  // s's chunks pinned by other acquired owners
+    bool wait = false;       // copies touching s's chunks must land first (or disk loads start)
+  };
+  // The admission that last returned kLater for want of room: Maintain makes that room.
+  struct Want {
+    SessionId session = -1;
+    int n_tokens = 0;
+  };
   struct InFlight {
     TransferOp op;
     int32_t rec;          // chunk record moved, or filled by a copy
@@ -222,6 +239,11 @@ class CacheManager {
   // Gives s its own record for its partial last chunk when that chunk is shared.
   void UnshareLast(SessionId s, SessionRec& S, double now);
   int PinnedT0Blocks() const;
+  Room RoomFor(const SessionRec& S, int n_tokens) const;
+  // Starts the loads of S's disk chunks: straight into T0 when a block is free, else into T1.
+  void StartLoads(SessionRec& S, double now);
+  // Demotions out of T0 in flight whose block will be freed (not revived, not pinned).
+  int PendingDemotions() const;
 
   CacheConfig config_;
   std::unique_ptr<EvictionPolicy> policy_;
@@ -232,6 +254,7 @@ class CacheManager {
   std::unordered_map<SessionId, SessionRec> sessions_;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   std::vector<TransferOp> queued_;
+  Want want_;
   uint64_t next_op_ = 1;
   double clock_ = 0;  // latest `now` seen (for verbs called without one)
   CacheStats stats_;

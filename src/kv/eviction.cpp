@@ -2,12 +2,19 @@
 
 #include <algorithm>
 
+#include "base/block.h"
+
 namespace mnemo {
 
 std::pair<double, double> PensievePolicy::Key(const EvictionCandidate& c) const {
-  // A session touched this instant still gets a finite value; 1 ms is below any think time.
-  double idle = std::max(c.idle_s, 1e-3);
-  return {cost_.Cost(c.begin, c.length) / idle, double(c.chunk_index)};
+  // A session touched this instant still gets a finite value. The floor is far below the gaps
+  // between engine events (a 1 ms floor made every session released within the last millisecond
+  // tie, and the tie went to whichever record came first, e.g. a chunk just shared by a fork).
+  double idle = std::max(c.idle_s, 1e-6);
+  // Priced as a whole chunk: a session's partial tail (the chunk its next turn extends) would
+  // otherwise look cheapest of all and go first, leaving a hole at the end; Pensieve evicts a
+  // session from its front, the partial tail last. For full chunks this is Cost(s, l).
+  return {cost_.Cost(c.begin, kBlockTokens) / idle, double(c.chunk_index)};
 }
 
 std::pair<double, double> LruPolicy::Key(const EvictionCandidate& c) const {

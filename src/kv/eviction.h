@@ -40,7 +40,8 @@ class EvictionPolicy {
 };
 
 // Pensieve: retention value V = Cost(s, l) / T_idle, lowest first, so leading chunks (cheap to
-// recompute) of idle sessions go before the tails of active ones.
+// recompute) of idle sessions go before the tails of active ones. A partial chunk is priced as a
+// full one (l = kBlockTokens), so a session's partial tail goes after its leading chunks.
 class PensievePolicy : public EvictionPolicy {
  public:
   explicit PensievePolicy(CostModel cost) : cost_(cost) {}

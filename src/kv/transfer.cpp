@@ -104,6 +104,7 @@ void TransferEngine::Run() {
       busy_--;
     }
     idle_cv_.notify_all();
+    if (listener_) listener_();
   }
 }
 

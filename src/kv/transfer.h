@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -69,6 +70,10 @@ class TransferEngine {
   std::vector<std::pair<uint64_t, bool>> TakeCompleted();
   // Blocks until every submitted op has finished.
   void WaitIdle();
+  // fn runs on the transfer thread after each batch of finished ops is ready for TakeCompleted
+  // (e.g. to wake the engine thread). Set it before submitting anything; it must not call back
+  // into this engine.
+  void SetListener(std::function<void()> fn) { listener_ = std::move(fn); }
   TransferStats stats() const;
 
  private:
@@ -95,6 +100,7 @@ class TransferEngine {
   int busy_ = 0;  // items taken off the queues but not finished
   bool stop_ = false;
   TransferStats stats_;
+  std::function<void()> listener_;  // set before the first op, then read by the transfer thread only
   std::thread thread_;
 };
 

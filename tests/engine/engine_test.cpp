@@ -214,6 +214,32 @@ TEST(Engine, SuspendsAndResumesWhenGeneratedTokensOutgrowT0) {
   }
 }
 
+// Regression: a turn that waits for demotions must not make the engine spin Step() -> Acquire()
+// and start a new batch of demotions at each try (it once demoted all 14 chunks of an idle
+// session to admit a turn lacking 4 blocks). The second turn lacks 2 blocks; upkeep also keeps
+// the reserve (2 blocks) free and a decode may need one more: at most 6 chunks move.
+TEST(Engine, AWaitingTurnDemotesOnlyTheRoomItNeeds) {
+  for (int run = 0; run < 3; run++) {
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(16, 64, 0, "pensieve"));
+    ASSERT_TRUE(e.ok());
+    Rng rng(5 + run);
+    SessionId a = (*e)->CreateSession(), b = (*e)->CreateSession();
+    auto first = RandomTokens(rng, 12 * 32 - 4);  // 12 blocks with its 4 generated tokens
+    first.insert(first.begin(), 1);
+    ASSERT_EQ((*e)->Submit(Greedy(a, first, 3)).value()->Wait().finish_reason, "length");
+    ASSERT_EQ((*e)->Stats().cache.evictions[0], 0);
+    auto second = RandomTokens(rng, 4 * 32 - 4);  // 4 blocks: 2 free after the reserve
+    second.insert(second.begin(), 1);
+    ASSERT_EQ((*e)->Submit(Greedy(b, second, 3)).value()->Wait().finish_reason, "length");
+    EngineStats st = (*e)->Stats();
+    EXPECT_GE(st.cache.evictions[0], 2);
+    EXPECT_LE(st.cache.evictions[0], 6) << "run " << run;
+    auto info = (*e)->GetSession(a);
+    ASSERT_TRUE(info.ok());
+    EXPECT_GE(info->chunks_by_tier[0], 6) << "run " << run;
+  }
+}
+
 TEST(Engine, CancelledTurnLeavesTheSessionAsItWas) {
   auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
   ASSERT_TRUE(e.ok());

@@ -25,11 +25,22 @@ void Drain(CacheManager& cm, bool ok = true) {
   }
 }
 
+// Acquires as the engine's steps do: while it answers kLater, upkeep makes room and copies land.
+Admission Admit(CacheManager& cm, SessionId s, int n_tokens, double now, CacheManager::Acquired* a) {
+  Admission r = cm.Acquire(s, n_tokens, now, a);
+  for (int i = 0; i < 8 && r == Admission::kLater; i++) {
+    cm.Maintain(0, now);
+    Drain(cm);
+    r = cm.Acquire(s, n_tokens, now, a);
+  }
+  return r;
+}
+
 // A turn: acquire n_tokens, complete its swap-ins, release.
 Admission Turn(CacheManager& cm, SessionId s, int n_tokens, double now, CacheManager::Acquired* a = nullptr) {
   CacheManager::Acquired local;
   if (!a) a = &local;
-  Admission r = cm.Acquire(s, n_tokens, now, a);
+  Admission r = Admit(cm, s, n_tokens, now, a);
   if (r != Admission::kOk) return r;
   for (const auto& op : a->swap_ins) cm.OnTransferDone(op.id, true);
   cm.Release(s, n_tokens, now);
@@ -42,6 +53,8 @@ TEST(Eviction, PensieveEvictsLeadingChunksOfIdleSessionsFirst) {
   EXPECT_LT(p.Key(lead), p.Key(tail));
   EvictionCandidate idle{3, 96, 32, 100.0, 0.0}, active{3, 96, 32, 1.0, 99.0};
   EXPECT_LT(p.Key(idle), p.Key(active));
+  EvictionCandidate partial_tail{6, 192, 4, 10.0, 0.0};  // 4 positions: cheap, yet after the front
+  EXPECT_LT(p.Key(lead), p.Key(partial_tail));
 }
 
 TEST(Eviction, LruEvictsOldestSessionTailFirst) {
@@ -81,7 +94,7 @@ TEST(CacheManager, WithoutLowerTiersLeadingChunksAreDroppedAndRecomputed) {
   EXPECT_EQ(r[5], Tier::kT0);
   // The next turn of session 1 recomputes exactly the dropped leading chunks.
   CacheManager::Acquired a;
-  ASSERT_EQ(cm.Acquire(1, 7 * 32, 100, &a), Admission::kOk);
+  ASSERT_EQ(Admit(cm, 1, 7 * 32, 100, &a), Admission::kOk);
   EXPECT_EQ(a.recompute, (std::vector<int>{0, 1}));
   EXPECT_EQ(a.hit_tokens[0], 4 * 32);
   EXPECT_TRUE(cm.CheckInvariants());
@@ -119,6 +132,71 @@ TEST(CacheManager, AdmissionNeverTakesTheReserve) {
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
+// Regression: a turn waiting for room, retried once per step without the copies landing, must not
+// start a new batch of demotions at each try (it once demoted 4, 8, 12... chunks for 4 blocks).
+// Admission records the room it wants; upkeep (Maintain) makes it, counting demotions in flight.
+TEST(CacheManager, AWaitingAdmissionEvictsOnlyWhatItNeeds) {
+  CacheManager cm({16, 64, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 14 * 32, 0), Admission::kOk);  // 14 of 16 blocks, then idle
+  cm.AddSession(2, 10);
+  int demotions = 0;
+  std::vector<TransferOp> in_flight;
+  for (int step = 0; step < 6; step++) {
+    CacheManager::Acquired a;
+    ASSERT_EQ(cm.Acquire(2, 6 * 32, 10 + step, &a), Admission::kLater);  // lacks 4 blocks
+    cm.Maintain(0, 10 + step);
+    for (const auto& op : cm.TakeTransfers()) {
+      demotions += op.src == Tier::kT0;
+      in_flight.push_back(op);
+    }
+    EXPECT_EQ(demotions, 4) << "step " << step;
+    EXPECT_TRUE(cm.CheckInvariants());
+  }
+  for (const auto& op : in_flight) cm.OnTransferDone(op.id, true);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(2, 6 * 32, 20, &a), Admission::kOk);
+  EXPECT_EQ(cm.stats().evictions[0], 4);
+  auto r = cm.Residency(1);
+  EXPECT_EQ(std::count(r.begin(), r.end(), Tier::kT1), 4);
+  cm.Release(2, 6 * 32, 21);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Regression: Pensieve evicts a session from its front; the partial tail chunk (few valid
+// positions, so a small recompute cost) goes after the leading chunks, not before them.
+TEST(CacheManager, PensieveEvictsThePartialTailAfterTheLeadingChunks) {
+  CacheManager cm({8, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 3 * 32 + 4, 0), Admission::kOk);  // chunks 0-2 full, chunk 3 holds 4 positions
+  cm.AddSession(2, 50);
+  ASSERT_EQ(Turn(cm, 2, 5 * 32, 50), Admission::kOk);  // 4 free: one chunk of session 1 goes
+  EXPECT_EQ(cm.Residency(1), (std::vector<Tier>{Tier::kNone, Tier::kT0, Tier::kT0, Tier::kT0}));
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Regression: eviction during decode (Grow) measures idle time on the engine's clock, not from
+// the growing session's admission (which made everything touched since look 1 ms idle).
+TEST(CacheManager, GrowEvictsByTheEnginesClock) {
+  CacheManager cm({12, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);  // idle since 0, only its deep chunks 6 and 7 hold KV (expensive)
+  cm.RestoreChunk(1, 6, Tier::kT0, 0, 8 * 32);
+  cm.RestoreChunk(1, 7, Tier::kT0, 1, 8 * 32);
+  cm.AddSession(3, 10);
+  CacheManager::Acquired g;
+  ASSERT_EQ(cm.Acquire(3, 4 * 32, 10, &g), Admission::kOk);  // the growing turn, admitted at 10
+  cm.AddSession(2, 20);
+  ASSERT_EQ(Turn(cm, 2, 6 * 32, 20), Admission::kOk);  // released at 20; T0 is now full
+  ASSERT_EQ(cm.used_blocks(Tier::kT0), 12);
+  cm.Maintain(0, 1000);  // the engine's clock moves on
+  ASSERT_TRUE(cm.Grow(3, 5 * 32, &g.block_table));
+  // At 1000 both sessions are ~1000 s idle: session 2's leading chunk is the cheapest to redo.
+  EXPECT_EQ(cm.Residency(2)[0], Tier::kNone);
+  EXPECT_EQ(cm.Residency(1)[6], Tier::kT0);
+  cm.Release(3, 5 * 32, 1001);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 TEST(CacheManager, SwapOutToHostAndBackIn) {
   CacheManager cm({8, 8, 0, 0.0}, Policy("pensieve"));
   cm.AddSession(1, 0);
@@ -127,6 +205,8 @@ TEST(CacheManager, SwapOutToHostAndBackIn) {
   CacheManager::Acquired a;
   // Session 2 needs 6 blocks; 2 are free: evictions start, admission waits for them.
   ASSERT_EQ(cm.Acquire(2, 6 * 32, 10, &a), Admission::kLater);
+  EXPECT_TRUE(cm.TakeTransfers().empty());  // admission only records the room it wants
+  cm.Maintain(0, 10);                       // upkeep makes it
   auto ops = cm.TakeTransfers();
   ASSERT_EQ(ops.size(), 4u);
   for (const auto& op : ops) {
@@ -142,6 +222,7 @@ TEST(CacheManager, SwapOutToHostAndBackIn) {
   CacheManager::Acquired b;
   Admission r = cm.Acquire(1, 7 * 32, 20, &b);
   if (r == Admission::kLater) {
+    cm.Maintain(0, 20);
     Drain(cm);
     r = cm.Acquire(1, 7 * 32, 20, &b);
   }
@@ -177,7 +258,10 @@ TEST(CacheManager, DiskTierRoundTripAndCorruptReadIsRecomputed) {
   ASSERT_EQ(Turn(cm, 1, 4 * 32, 0), Admission::kOk);
   cm.AddSession(2, 10);
   CacheManager::Acquired a;
-  for (int i = 0; i < 10 && cm.Acquire(2, 4 * 32, 10, &a) != Admission::kOk; i++) Drain(cm);
+  for (int i = 0; i < 10 && cm.Acquire(2, 4 * 32, 10, &a) != Admission::kOk; i++) {
+    cm.Maintain(0, 10);
+    Drain(cm);
+  }
   ASSERT_TRUE(cm.acquired(2));
   cm.Release(2, 4 * 32, 11);
   cm.Maintain(0, 12);
@@ -189,6 +273,7 @@ TEST(CacheManager, DiskTierRoundTripAndCorruptReadIsRecomputed) {
   // Session 1 returns: disk chunks come up first (admission waits); one read fails its checksum.
   CacheManager::Acquired b;
   ASSERT_EQ(cm.Acquire(1, 4 * 32, 20, &b), Admission::kLater);
+  cm.Maintain(0, 20);
   auto ops = cm.TakeTransfers();
   bool failed_one = false;
   for (const auto& op : ops) {
@@ -198,7 +283,10 @@ TEST(CacheManager, DiskTierRoundTripAndCorruptReadIsRecomputed) {
   }
   ASSERT_TRUE(failed_one);
   Admission ad;
-  for (int i = 0; i < 10 && (ad = cm.Acquire(1, 4 * 32, 20, &b)) != Admission::kOk; i++) Drain(cm);
+  for (int i = 0; i < 10 && (ad = cm.Acquire(1, 4 * 32, 20, &b)) != Admission::kOk; i++) {
+    cm.Maintain(0, 20);
+    Drain(cm);
+  }
   ASSERT_EQ(ad, Admission::kOk);
   EXPECT_EQ(b.recompute.size(), 1u);
   EXPECT_GT(b.hit_tokens[2], 0);
@@ -321,6 +409,7 @@ TEST(CacheManager, ForkCopiesAPartialChunkUpFromTheDiskTier) {
   cm.OnTransferDone(ops[0].id, true);
   CacheManager::Acquired b;
   ASSERT_EQ(cm.Acquire(3, 90, 2, &b), Admission::kLater);  // the shared chunks come up from disk
+  cm.Maintain(0, 2);
   for (const auto& op : cm.TakeTransfers()) {
     EXPECT_EQ(op.session, 1);
     cm.OnTransferDone(op.id, true);
@@ -350,7 +439,7 @@ TEST(CacheManager, ForkRecomputesThePartialChunkOnlyWhenNothingCanBeEvicted) {
   EXPECT_TRUE(cm.CheckInvariants());
   cm.Release(2, 7 * 32, 6);
   CacheManager::Acquired b;
-  ASSERT_EQ(cm.Acquire(3, 20, 7, &b), Admission::kOk);
+  ASSERT_EQ(Admit(cm, 3, 20, 7, &b), Admission::kOk);
   EXPECT_EQ(b.recompute, std::vector<int>{0});
   cm.Release(3, 20, 8);
   EXPECT_TRUE(cm.CheckInvariants());
@@ -422,7 +511,10 @@ TEST(CacheManager, TruncateCopyIntoTheHostTierAndASourceThatOutlivesItsOwners) {
   EXPECT_TRUE(cm.CheckInvariants());
   CacheManager::Acquired b;
   Admission ad;
-  for (int i = 0; i < 10 && (ad = cm.Acquire(1, 80, 4, &b)) != Admission::kOk; i++) Drain(cm);
+  for (int i = 0; i < 10 && (ad = cm.Acquire(1, 80, 4, &b)) != Admission::kOk; i++) {
+    cm.Maintain(0, 4);
+    Drain(cm);
+  }
   ASSERT_EQ(ad, Admission::kOk);
   EXPECT_EQ(b.recompute.back(), 2);
   for (const auto& op : b.swap_ins) cm.OnTransferDone(op.id, true);
@@ -464,6 +556,8 @@ TEST(CacheManager, RandomOperationsKeepInvariants) {
         cm.RemoveSession(s);
         cm.AddSession(s, now);
         len[s] = 0;
+      } else if (rng.Next() % 4) {  // the engine's upkeep; sometimes skipped (Acquire twice in a row)
+        cm.Maintain(rng.Next() % 2 ? 0 : cfg.t0_blocks / 4, now);
       }
       for (auto& op : cm.TakeTransfers()) pending.push_back(op);
       while (!pending.empty() && rng.Next() % 3) {
@@ -696,6 +790,8 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
           cm.RemoveSession(s);
           kv.Forget(s);
           cm.AddSession(s, now);
+        } else if (rng.Next() % 4) {  // the engine's upkeep; sometimes skipped (Acquire twice in a row)
+          cm.Maintain(rng.Next() % 2 ? 0 : cfg.t0_blocks / 4, now);
         }
       } else if (what < 14) {  // a fork at any point of s's KV
         const int at = int(rng.Next() % (have + 1));
