@@ -87,7 +87,7 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
         break;
       }
       TurnRecord rec{c.index, t, (*h)->Wait()};
-      const bool ok = rec.result.finish_reason == "length" || rec.result.finish_reason == "stop";
+      const bool ok = Completed(rec.result.finish_reason);
       {
         std::lock_guard<std::mutex> lock(mu);
         records.push_back(std::move(rec));

@@ -94,8 +94,8 @@ int RunChat(const ChatFlags& f) {
         std::printf("\n[%zu tokens, TTFT %.1f ms, context %d: %lld cached, %lld recomputed, %lld new; %s]\n",
                     r.tokens.size(), r.ttft_seconds * 1000, r.prompt_tokens,
                     static_cast<long long>(r.sources.cached()), static_cast<long long>(r.sources.recomputed),
-                    static_cast<long long>(r.sources.fresh), r.finish_reason.c_str());
-        if (r.finish_reason == "error") std::printf("[error: %s]\n", r.error.c_str());
+                    static_cast<long long>(r.sources.fresh), FinishReasonName(r.finish_reason));
+        if (r.finish_reason == FinishReason::kError) std::printf("[error: %s]\n", r.error.message.c_str());
       }
     }
   }

@@ -55,7 +55,7 @@ int RunGenerate(const GenerateFlags& f) {
     j["prompt_token_ids"] = req.prompt;
     j["generated_token_ids"] = res->tokens;
     j["text"] = res->text;
-    j["finish_reason"] = res->finish_reason;
+    j["finish_reason"] = FinishReasonName(res->finish_reason);
     j["prefill_seconds"] = res->prefill_seconds;
     j["decode_seconds"] = res->decode_seconds;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
@@ -64,7 +64,7 @@ int RunGenerate(const GenerateFlags& f) {
     std::fprintf(stderr, "[%zu prompt tokens in %.3f s, %zu generated in %.3f s: %.1f tok/s, finish: %s]\n",
                  req.prompt.size(), res->prefill_seconds, res->tokens.size(), res->decode_seconds,
                  res->decode_seconds > 0 ? res->tokens.size() / res->decode_seconds : 0.0,
-                 res->finish_reason.c_str());
+                 FinishReasonName(res->finish_reason));
   }
   return 0;
 }

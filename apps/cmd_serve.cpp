@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/log.h"
 #include "commands.h"
 #include "runtime.h"
 #include "server/api_server.h"
@@ -53,8 +54,7 @@ int RunServe(ServeFlags& f) {
     if (t.ok()) {
       tmpl = std::move(t.value());
     } else {
-      std::fprintf(stderr, "warning: the model's chat template cannot be used (%s); using the fallback\n",
-                   t.error().message.c_str());
+      spdlog::warn("the model's chat template cannot be used ({}); using the fallback", t.error().message);
     }
   }
   ServiceConfig sc;
@@ -80,11 +80,11 @@ int RunServe(ServeFlags& f) {
     std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
     return 1;
   }
-  std::fprintf(stderr, "mnemo serving %s on http://%s:%d (db %s%s)\n", sc.model_name.c_str(), f.server.host.c_str(),
-               server.port(), db.c_str(), temp_db ? ", temporary" : "");
+  spdlog::info("mnemo serving {} on http://{}:{} (db {}{})", sc.model_name, f.server.host, server.port(), db,
+               temp_db ? ", temporary" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
-  std::fprintf(stderr, "mnemo: signal %d, shutting down\n", sig);
+  spdlog::info("signal {}, shutting down", sig);
   server.Stop();
   service->reset();
   started->engine.reset();  // finishes running turns as cancelled and writes the KV to the disk tier
@@ -101,6 +101,7 @@ int RunServe(ServeFlags& f) {
 
 void RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
+  f->runtime.log_level = "info";
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible stateful HTTP server");
   cmd->add_option("--model", f->model, "model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");

@@ -13,6 +13,7 @@ struct RuntimeFlags {
   int threads = 0;                  // kernel threads; 0 = all cores
   std::string precision = "bf16";   // linear layers: f32 (exact) or bf16 (fast)
   std::string kv_dtype = "";        // KV element type: f32, f16 or bf16; default f32 for f32 precision, else bf16
+  std::string log_level = "warn";   // stderr log level (serve defaults to info)
 };
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f);
 

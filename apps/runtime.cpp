@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "base/cpu.h"
+#include "base/log.h"
 
 namespace mnemo::app {
 
@@ -25,6 +26,9 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache element type: f32, f16 or bf16")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--log-level", f->log_level, "stderr log level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
 }
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
@@ -99,6 +103,8 @@ Result<EngineRuntime> StartEngine(const std::string& model_path, const std::stri
 
 Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& tokenizer_path,
                             const RuntimeFlags& flags) {
+  InitLogging();
+  MNEMO_TRY(SetLogLevel(flags.log_level));
   SetNumThreads(flags.threads);
   auto t0 = std::chrono::steady_clock::now();
   Progress("loading %s ...", model_path.c_str());

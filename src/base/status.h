@@ -2,6 +2,7 @@
 // Bad user input must come back as an Error, never as a crash; CHECK is for programmer errors only.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -10,8 +11,29 @@
 
 namespace mnemo {
 
+// What kind of failure an Error is, for callers that act on it (the HTTP server maps codes to
+// statuses; clients retry kResourceExhausted / kUnavailable). Messages are for people only: never
+// match on their text.
+enum class StatusCode : uint8_t {
+  kOk = 0,
+  kInvalidArgument,     // the caller's input is wrong (bad value, too long, malformed file)
+  kNotFound,            // a named thing (session, response, item) does not exist
+  kAlreadyExists,       // creating something whose id is taken
+  kFailedPrecondition,  // valid, but not in the current state (a session with a turn in progress)
+  kOutOfRange,          // beyond a limit of this server (a context longer than the model or KV cache holds)
+  kResourceExhausted,   // out of a bounded resource for now (queue full); retrying later may work
+  kUnavailable,         // the service cannot take it now (shutting down)
+  kCancelled,           // the caller gave up
+  kDataLoss,            // stored data is corrupt or unreadable
+  kInternal,            // anything else: a bug or an environment failure (I/O, SQLite)
+};
+
+// "invalid_argument", "not_found", ... (stable; used in logs and metrics).
+const char* StatusCodeName(StatusCode code);
+
 struct Error {
   std::string message;
+  StatusCode code = StatusCode::kInternal;  // uncoded errors are the server's fault (HTTP 500)
 };
 
 // A value or an Error (a small stand-in for C++23 std::expected).
@@ -39,19 +61,21 @@ class [[nodiscard]] Result {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error error) : error_(std::move(error.message)), ok_(false) {}  // NOLINT
+  Status(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
   static Status Ok() { return {}; }
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
-  Error error() const { return Error{error_}; }
+  Error error() const { return error_; }  // by value: safe on a temporary Status
+  StatusCode code() const { return ok_ ? StatusCode::kOk : error_.code; }
 
  private:
-  std::string error_;
+  Error error_;
   bool ok_ = true;
 };
 
-// printf-style Error constructor.
+// printf-style Error constructors; the first makes a kInternal error.
 Error MakeError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+Error MakeError(StatusCode code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 [[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const std::string& msg);
 

@@ -114,10 +114,11 @@ Engine::~Engine() {
   transfer_.reset();  // its listener locks mu_: stop its thread while mu_ still exists
 }
 
-void Engine::Call(const std::function<void()>& fn) {
+bool Engine::Call(const std::function<void()>& fn) {
   std::promise<void> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;  // the engine thread has exited: nobody would run fn
     commands_.push_back([&] {
       fn();
       done.set_value();
@@ -125,7 +126,10 @@ void Engine::Call(const std::function<void()>& fn) {
   }
   cv_.notify_all();
   done.get_future().wait();
+  return true;
 }
+
+Error Engine::Stopped() { return MakeError(StatusCode::kUnavailable, "the engine is shutting down"); }
 
 void Engine::Loop() {
   // Sleeps until there is something to do: a command (a new turn, a session verb), a finished tier
@@ -160,18 +164,24 @@ void Engine::Loop() {
   }
   // Shutdown: cancel what is queued or running, then keep the KV on disk for a restart.
   double now = Now();
-  for (auto& r : running_) Finish(*r, "cancelled", now);
+  for (auto& r : running_) Finish(*r, FinishReason::kCancelled, now);
   running_.clear();
   while (!waiting_.empty()) {
-    Finish(*waiting_.front(), "cancelled", now);
+    Finish(*waiting_.front(), FinishReason::kCancelled, now);
     waiting_.pop_front();
   }
-  for (auto& c : commands_) c();  // verbs queued during shutdown still get an answer
+  std::deque<std::function<void()>> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;  // later Calls fail instead of queueing
+    last.swap(commands_);
+  }
+  for (auto& c : last) c();  // verbs queued during shutdown still get an answer
   FlushToDisk();
 }
 
 SessionId Engine::CreateSession() {
-  SessionId id;
+  SessionId id = -1;
   Call([&] {
     id = next_session_++;
     Session& s = sessions_[id];
@@ -183,10 +193,15 @@ SessionId Engine::CreateSession() {
 }
 
 Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::vector<Turn> turns) {
-  Status st;
+  Status st = Stopped();
   Call([&] {
-    if (id <= 0 || sessions_.count(id)) {
-      st = MakeError("session %lld already exists", static_cast<long long>(id));
+    st = Status::Ok();
+    if (id <= 0) {
+      st = MakeError(StatusCode::kInvalidArgument, "session ids must be positive, not %lld", static_cast<long long>(id));
+      return;
+    }
+    if (sessions_.count(id)) {
+      st = MakeError(StatusCode::kAlreadyExists, "session %lld already exists", static_cast<long long>(id));
       return;
     }
     Session& s = sessions_[id];
@@ -208,13 +223,14 @@ void Engine::SetNextSessionId(SessionId n) {
 }
 
 Status Engine::DeleteSession(SessionId id) {
-  Status st;
+  Status st = Stopped();
   Call([&] {
+    st = Status::Ok();
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
-      st = MakeError("unknown session %lld", static_cast<long long>(id));
+      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
     } else if (it->second.busy) {
-      st = MakeError("session %lld has a turn in progress", static_cast<long long>(id));
+      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
     } else {
       cache_->RemoveSession(id);
       sessions_.erase(it);
@@ -224,17 +240,20 @@ Status Engine::DeleteSession(SessionId id) {
 }
 
 Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
-  Result<SessionId> out = MakeError("unknown session");
+  Result<SessionId> out = Stopped();
   Call([&] {
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return;
+    if (it == sessions_.end()) {
+      out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
+      return;
+    }
     Session& src = it->second;
     if (src.busy) {
-      out = MakeError("session %lld has a turn in progress", static_cast<long long>(id));
+      out = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
       return;
     }
     if (n_tokens < 0 || n_tokens > static_cast<int>(src.tokens.size())) {
-      out = MakeError("fork point %d is outside the session's %zu tokens", n_tokens, src.tokens.size());
+      out = MakeError(StatusCode::kInvalidArgument, "fork point %d is outside the session's %zu tokens", n_tokens, src.tokens.size());
       return;
     }
     SessionId nid = next_session_++;
@@ -258,16 +277,22 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
 }
 
 Status Engine::TruncateSession(SessionId id, int n_tokens) {
-  Status st;
+  Status st = Stopped();
   Call([&] {
+    st = Status::Ok();
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
-      st = MakeError("unknown session %lld", static_cast<long long>(id));
+      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
       return;
     }
     Session& s = it->second;
-    if (s.busy || n_tokens < 0 || n_tokens > static_cast<int>(s.tokens.size())) {
-      st = MakeError("cannot truncate session %lld to %d tokens", static_cast<long long>(id), n_tokens);
+    if (s.busy) {
+      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
+      return;
+    }
+    if (n_tokens < 0 || n_tokens > static_cast<int>(s.tokens.size())) {
+      st = MakeError(StatusCode::kInvalidArgument, "cannot truncate session %lld (%zu tokens) to %d tokens",
+                     static_cast<long long>(id), s.tokens.size(), n_tokens);
       return;
     }
     s.tokens.resize(n_tokens);
@@ -282,11 +307,16 @@ Status Engine::TruncateSession(SessionId id, int n_tokens) {
 }
 
 namespace {
-SessionInfo Info(const Session& s, const CacheManager& cache, double now) {
+// with_log: copy the token log and turns (else only their counts).
+SessionInfo Info(const Session& s, const CacheManager& cache, double now, bool with_log) {
   SessionInfo info;
   info.id = s.id;
-  info.tokens = s.tokens;
-  info.turns = s.turns;
+  if (with_log) {
+    info.tokens = s.tokens;
+    info.turns = s.turns;
+  }
+  info.n_tokens = static_cast<int>(s.tokens.size());
+  info.n_turns = static_cast<int>(s.turns.size());
   info.kv_tokens = cache.kv_tokens(s.id);
   for (Tier t : cache.Residency(s.id)) info.chunks_by_tier[static_cast<int>(t)]++;
   info.idle_seconds = now - s.last_active;
@@ -296,12 +326,22 @@ SessionInfo Info(const Session& s, const CacheManager& cache, double now) {
 }  // namespace
 
 Result<SessionInfo> Engine::GetSession(SessionId id) {
-  Result<SessionInfo> out = MakeError("unknown session %lld", static_cast<long long>(id));
+  Result<SessionInfo> out = Stopped();
   Call([&] {
     auto it = sessions_.find(id);
-    if (it != sessions_.end()) out = Info(it->second, *cache_, Now());
+    if (it == sessions_.end()) {
+      out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
+    } else {
+      out = Info(it->second, *cache_, Now(), /*with_log=*/true);
+    }
   });
   return out;
+}
+
+bool Engine::HasSession(SessionId id) {
+  bool has = false;
+  Call([&] { has = sessions_.count(id) > 0; });
+  return has;
 }
 
 std::vector<SessionId> Engine::TakeExpired() {
@@ -311,10 +351,14 @@ std::vector<SessionId> Engine::TakeExpired() {
   return out;
 }
 
-std::vector<SessionInfo> Engine::ListSessions() {
+std::vector<SessionInfo> Engine::ListSessions(const std::vector<SessionId>& ids) {
   std::vector<SessionInfo> out;
   Call([&] {
-    for (const auto& [id, s] : sessions_) out.push_back(Info(s, *cache_, Now()));
+    const double now = Now();
+    for (SessionId id : ids) {
+      auto it = sessions_.find(id);
+      if (it != sessions_.end()) out.push_back(Info(it->second, *cache_, now, /*with_log=*/false));
+    }
   });
   return out;
 }
@@ -334,29 +378,37 @@ EngineStats Engine::Stats() {
 }
 
 Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
-  MNEMO_TRY(req.sampling.Validate());
-  MNEMO_TRY(StopMatcher::Validate(req.stop));
-  if (req.max_tokens < 0 || req.min_tokens < 0) return MakeError("max_tokens and min_tokens must be >= 0");
-  for (int32_t id : req.append) {
-    if (id < 0 || id >= tok_.n_vocab()) return MakeError("token id %d is outside the vocabulary", id);
+  for (Status st : {req.sampling.Validate(), StopMatcher::Validate(req.stop)}) {
+    if (!st.ok()) return Error{st.error().message, StatusCode::kInvalidArgument};
   }
-  if (queued_.load() >= config_.max_waiting) return MakeError("queue full: %d turns waiting", queued_.load());
-  Result<std::shared_ptr<TurnHandle>> out = MakeError("unknown session %lld", static_cast<long long>(req.session));
+  if (req.max_tokens < 0 || req.min_tokens < 0) {
+    return MakeError(StatusCode::kInvalidArgument, "max_tokens and min_tokens must be >= 0");
+  }
+  for (int32_t id : req.append) {
+    if (id < 0 || id >= tok_.n_vocab()) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary", id);
+  }
+  if (queued_.load() >= config_.max_waiting) {
+    return MakeError(StatusCode::kResourceExhausted, "queue full: %d turns waiting", queued_.load());
+  }
+  Result<std::shared_ptr<TurnHandle>> out = Stopped();
   Call([&] {
     auto it = sessions_.find(req.session);
-    if (it == sessions_.end()) return;
+    if (it == sessions_.end()) {
+      out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(req.session));
+      return;
+    }
     Session& s = it->second;
     if (s.busy) {
-      out = MakeError("session %lld already has a turn in progress", static_cast<long long>(s.id));
+      out = MakeError(StatusCode::kFailedPrecondition, "session %lld already has a turn in progress", static_cast<long long>(s.id));
       return;
     }
     const size_t total = s.tokens.size() + req.append.size();
     if (total == 0) {
-      out = MakeError("the turn has no tokens");
+      out = MakeError(StatusCode::kInvalidArgument, "the turn has no tokens");
       return;
     }
     if (total >= static_cast<size_t>(max_context_)) {
-      out = MakeError("the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
+      out = MakeError(StatusCode::kOutOfRange, "the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
       return;
     }
     auto r = std::make_unique<Running>();

@@ -57,8 +57,10 @@ struct KvRun {
 
 struct SessionInfo {
   SessionId id = -1;
-  std::vector<int32_t> tokens;  // raw token log
-  std::vector<Turn> turns;
+  std::vector<int32_t> tokens;  // raw token log (GetSession only)
+  std::vector<Turn> turns;      // (GetSession only)
+  int n_tokens = 0;             // tokens.size() of the log
+  int n_turns = 0;
   int kv_tokens = 0;            // positions with KV content
   int chunks_by_tier[4] = {0, 0, 0, 0};  // T0, T1, T2, none
   double idle_seconds = 0;
@@ -97,6 +99,9 @@ class Engine {
   int max_context() const { return max_context_; }
 
   // ---- sessions (thread-safe; run on the engine thread) ----
+  // Errors carry a StatusCode: kNotFound (unknown session), kFailedPrecondition (a turn is in
+  // progress), kInvalidArgument, kAlreadyExists, kUnavailable (the engine has shut down).
+  // CreateSession returns -1 after shutdown.
   SessionId CreateSession();
   // Adopts a session with a known token log (e.g. reloaded from a store); its KV is recomputed
   // or restored from the disk tier. Fails if the id exists.
@@ -108,21 +113,26 @@ class Engine {
   Result<SessionId> ForkSession(SessionId id, int n_tokens);
   // Drops id's log (and KV) past n_tokens.
   Status TruncateSession(SessionId id, int n_tokens);
+  // Errors: kNotFound.
   Result<SessionInfo> GetSession(SessionId id);
+  bool HasSession(SessionId id);
   // Selective context, reuse mode: a new session whose log is `tokens`, its KV copied from src's
   // cached KV along `runs`, keys re-rotated by dst_pos - src_pos (RoPE composes). Approximate by
   // design: the copied KV was computed attending to a context that is now partly gone. Chunks not
   // wholly covered by copies of available KV are recomputed by the next turn. src must be idle.
   // Blocks the engine thread while src's KV is brought into T0.
   Result<SessionId> ComposeSession(SessionId src, std::vector<int32_t> tokens, const std::vector<KvRun>& runs);
-  std::vector<SessionInfo> ListSessions();
+  // Summaries of the sessions among ids that exist, in one engine call (tokens and turns are
+  // left empty; n_tokens and n_turns give their sizes).
+  std::vector<SessionInfo> ListSessions(const std::vector<SessionId>& ids);
   // Sessions the engine deleted on its own (session TTL, max sessions) since the last call, so
   // that a caller mirroring sessions (the server) can forget them.
   std::vector<SessionId> TakeExpired();
 
   // ---- turns ----
-  // Queues a turn on a session (one turn per session at a time). Errors: unknown session, busy
-  // session, invalid sampling, context too long, queue full (retry later).
+  // Queues a turn on a session (one turn per session at a time). Errors: kNotFound (unknown
+  // session), kFailedPrecondition (busy session), kInvalidArgument (sampling, token ids),
+  // kOutOfRange (context too long), kResourceExhausted (queue full: retry later), kUnavailable.
   Result<std::shared_ptr<TurnHandle>> Submit(TurnRequest req);
 
   EngineStats Stats();
@@ -130,8 +140,10 @@ class Engine {
  private:
   struct Running;
   explicit Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& config);
-  // Runs fn on the engine thread and waits for it.
-  void Call(const std::function<void()>& fn);
+  // Runs fn on the engine thread and waits for it. False (fn not run) once the thread has exited.
+  bool Call(const std::function<void()>& fn);
+  // The error of a verb called after shutdown (kUnavailable).
+  static Error Stopped();
   void Loop();
   void Step();
   double Now() const;
@@ -141,7 +153,7 @@ class Engine {
   void SubmitTransfers();
   void Admit(double now);
   void Schedule(double now);
-  void Finish(Running& r, const std::string& reason, double now);
+  void Finish(Running& r, FinishReason reason, double now);
   void Suspend(Running& r, double now);
   bool EmitToken(Running& r, int32_t id, double now);
   void ExpireSessions(double now);
@@ -180,6 +192,7 @@ class Engine {
   std::atomic<int> queued_{0};  // turns submitted and not yet finished
   bool stop_ = false;
   bool transfers_done_ = false;     // a tier copy finished since the engine thread last looked
+  bool closed_ = false;  // the engine thread ran its last commands: Call refuses
   std::vector<SessionId> expired_;  // deleted by ExpireSessions, not yet taken
   double start_;
   std::thread thread_;

@@ -23,14 +23,14 @@ Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
                                            const std::function<void(std::string_view)>& on_text) {
   const int n_prompt = static_cast<int>(req.prompt.size());
   const int vocab = model_.config().vocab_size;
-  if (n_prompt == 0) return MakeError("the prompt is empty");
+  if (n_prompt == 0) return MakeError(StatusCode::kInvalidArgument, "the prompt is empty");
   if (n_prompt >= max_context_) {
-    return MakeError("the prompt has %d tokens; the context holds %d", n_prompt, max_context_);
+    return MakeError(StatusCode::kOutOfRange, "the prompt has %d tokens; the context holds %d", n_prompt, max_context_);
   }
   for (int32_t id : req.prompt) {
-    if (id < 0 || id >= vocab) return MakeError("token id %d is outside the vocabulary [0, %d)", id, vocab);
+    if (id < 0 || id >= vocab) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary [0, %d)", id, vocab);
   }
-  if (req.max_tokens < 0) return MakeError("max_tokens must be >= 0");
+  if (req.max_tokens < 0) return MakeError(StatusCode::kInvalidArgument, "max_tokens must be >= 0");
   MNEMO_TRY(req.sampling.Validate());
   auto stop = StopMatcher::Create(req.stop);
   if (!stop.ok()) return stop.error();
@@ -66,19 +66,19 @@ Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
     if (on_text) on_text(s);
   };
   const int max_new = std::min(req.max_tokens, max_context_ - n_prompt);
-  out.finish_reason = "length";
+  out.finish_reason = FinishReason::kLength;
   for (int g = 0; g < max_new; g++) {
     int32_t id = sampler->Sample(logits, history);
     out.tokens.push_back(id);
     bool is_stop_token = std::find(req.stop_tokens.begin(), req.stop_tokens.end(), id) != req.stop_tokens.end();
     if (is_stop_token || (!req.ignore_eos && tok_.IsEog(id))) {
-      out.finish_reason = "stop";
+      out.finish_reason = FinishReason::kStop;
       break;
     }
     auto r = stop->Push(decoder.Push(id));
     emit(r.text);
     if (r.stopped) {
-      out.finish_reason = "stop";
+      out.finish_reason = FinishReason::kStop;
       break;
     }
     history.push_back(id);

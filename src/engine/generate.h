@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/request.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -29,7 +30,7 @@ struct GenerateRequest {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids, the stop token included if one was sampled
   std::string text;             // generated text, stop string and what follows removed
-  std::string finish_reason;    // "stop" (stop token or string) or "length"
+  FinishReason finish_reason = FinishReason::kLength;  // kStop (stop token or string) or kLength
   double prefill_seconds = 0;   // wall time of the prompt's forward steps
   double decode_seconds = 0;    // wall time of the generation steps
 };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "kv/cache_manager.h"
 #include "sampling/sampler.h"
 
@@ -37,9 +38,33 @@ struct TokenSources {
   int64_t cached() const { return t0 + t1 + t2; }
 };
 
+// Why a turn ended.
+enum class FinishReason : uint8_t {
+  kNone,       // not finished
+  kStop,       // an end-of-generation token, a stop token or a stop string
+  kLength,     // max_tokens or the context length reached
+  kCancelled,  // the caller cancelled, or the engine shut down
+  kError,      // TurnResult::error says why
+};
+
+// "stop", "length", "cancelled", "error" (the OpenAI finish_reason strings); "" for kNone.
+inline const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+// A turn that ended with stop or length is committed to the session's log; others are discarded.
+inline bool Completed(FinishReason r) { return r == FinishReason::kStop || r == FinishReason::kLength; }
+
 struct TurnResult {
-  std::string finish_reason;        // "stop", "length", "cancelled" or "error"
-  std::string error;                // when finish_reason == "error"
+  FinishReason finish_reason = FinishReason::kNone;
+  Error error;                      // when kError; its code says why (kOutOfRange: the context cannot fit the KV cache)
   std::vector<int32_t> tokens;      // generated ids (a final stop token included)
   std::string text;                 // generated text without the stop string
   int prompt_tokens = 0;            // context positions this turn attended over before generating
@@ -66,7 +91,7 @@ class TurnHandle {
   // Blocks until the next event. After kDone, returns false.
   bool Next(TurnEvent* ev);
   // Asks the engine to stop generating (e.g. the client went away); a kDone with
-  // finish_reason "cancelled" follows.
+  // FinishReason::kCancelled follows.
   void Cancel();
   bool cancelled() const;
   // Waits for the end and returns the result (collecting all text).

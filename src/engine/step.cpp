@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/log.h"
 #include "engine/engine.h"
 #include "engine/running.h"
 
@@ -19,7 +20,12 @@ void Engine::Step() {
 }
 
 void Engine::PollTransfers() {
-  for (const auto& [id, ok] : transfer_->TakeCompleted()) cache_->OnTransferDone(id, ok);
+  for (const auto& [id, ok] : transfer_->TakeCompleted()) {
+    // The cache manager falls back (a failed demotion keeps or drops the chunk, a failed swap-in
+    // recomputes it): no client sees this, so say it here.
+    if (!ok) spdlog::warn("KV transfer {} failed; the chunk falls back to its other copy or to recomputation", id);
+    cache_->OnTransferDone(id, ok);
+  }
 }
 
 DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
@@ -45,6 +51,17 @@ DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
 void Engine::SubmitTransfers() {
   std::vector<TransferOp> ops = cache_->TakeTransfers();
   if (ops.empty()) return;
+  if (spdlog::should_log(spdlog::level::debug)) {
+    int moves[4][4] = {};  // [src][dst] op counts
+    for (const TransferOp& op : ops) moves[static_cast<int>(op.src)][static_cast<int>(op.dst)]++;
+    for (int s = 0; s < 4; s++) {
+      for (int d = 0; d < 4; d++) {
+        if (moves[s][d] == 0) continue;
+        spdlog::debug("{} {} chunk(s) {} -> {}", d > s ? "demoting" : d < s ? "swapping in" : "copying", moves[s][d],
+                      TierName(static_cast<Tier>(s)), TierName(static_cast<Tier>(d)));
+      }
+    }
+  }
   std::vector<DiskSlotId> ids;
   for (const TransferOp& op : ops) {
     ids.push_back(op.dst == Tier::kT2 || op.src == Tier::kT2 ? SlotId(op.session, op.chunk) : DiskSlotId{});
@@ -56,7 +73,7 @@ void Engine::Admit(double now) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running) {
     Running& r = *waiting_.front();
     if (r.handle->cancelled()) {
-      Finish(r, "cancelled", now);
+      Finish(r, FinishReason::kCancelled, now);
       waiting_.pop_front();
       continue;
     }
@@ -66,9 +83,11 @@ void Engine::Admit(double now) {
     Admission ad = cache_->Acquire(sid, static_cast<int>(r.seq.size()), now, &a);
     if (ad == Admission::kLater) break;  // first come, first served
     if (ad == Admission::kImpossible) {
-      r.result.error = "the context of " + std::to_string(r.seq.size()) + " tokens does not fit in the KV cache (" +
-                       std::to_string(cache_->admission_blocks() * kBlockTokens) + " tokens can be admitted)";
-      Finish(r, r.result.tokens.empty() ? "error" : "length", now);
+      r.result.error = MakeError(StatusCode::kOutOfRange,
+                                 "the context of %zu tokens does not fit in the KV cache (%d tokens can be admitted)",
+                                 r.seq.size(), cache_->admission_blocks() * kBlockTokens);
+      spdlog::info("session {}: turn refused: {}", sid, r.result.error.message);
+      Finish(r, r.result.tokens.empty() ? FinishReason::kError : FinishReason::kLength, now);
       waiting_.pop_front();
       continue;
     }
@@ -110,6 +129,8 @@ void Engine::Admit(double now) {
 }
 
 void Engine::Suspend(Running& r, double now) {
+  spdlog::info("session {}: turn suspended for memory after {} generated tokens ({} turns running, {} waiting)",
+               r.session->id, r.result.tokens.size(), running_.size(), waiting_.size());
   cache_->Suspend(r.session->id, r.kv_valid(), now);
   r.admitted = false;
   r.table.clear();
@@ -194,7 +215,7 @@ void Engine::Schedule(double now) {
   for (size_t row = 0; row < sampled.size(); row++) {
     Running& r = *sampled[row];
     if (r.req.max_tokens == 0) {  // prefill only: the context's KV is computed and kept
-      Finish(r, "length", t);
+      Finish(r, FinishReason::kLength, t);
       continue;
     }
     float* l = logits_.data() + row * vocab;
@@ -215,8 +236,8 @@ void Engine::Schedule(double now) {
   // Retire finished and cancelled turns.
   for (size_t i = 0; i < running_.size();) {
     Running& r = *running_[i];
-    if (r.handle->cancelled() && r.result.finish_reason.empty()) Finish(r, "cancelled", t);
-    if (!r.result.finish_reason.empty()) {
+    if (r.handle->cancelled() && r.result.finish_reason == FinishReason::kNone) Finish(r, FinishReason::kCancelled, t);
+    if (r.result.finish_reason != FinishReason::kNone) {
       running_.erase(running_.begin() + i);
     } else {
       i++;
@@ -234,7 +255,7 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
       r.seq.push_back(id);
       r.tail_unfed = true;
     }
-    Finish(r, "stop", now);
+    Finish(r, FinishReason::kStop, now);
     return true;
   }
   r.seq.push_back(id);
@@ -246,17 +267,17 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
   r.result.text += out.text;
   r.handle->Push(std::move(ev));
   if (out.stopped) {
-    Finish(r, "stop", now);
+    Finish(r, FinishReason::kStop, now);
   } else if (static_cast<int>(r.result.tokens.size()) >= r.req.max_tokens ||
              static_cast<int>(r.seq.size()) >= max_context_) {
-    Finish(r, "length", now);
+    Finish(r, FinishReason::kLength, now);
   }
   return false;
 }
 
-void Engine::Finish(Running& r, const std::string& reason, double now) {
+void Engine::Finish(Running& r, FinishReason reason, double now) {
   Session& s = *r.session;
-  const bool keep = reason == "stop" || reason == "length";
+  const bool keep = Completed(reason);
   if (keep && !r.stop->stopped()) {  // flush held-back text
     auto out = r.stop->Push(r.decoder->Flush());
     std::string tail = out.text + (out.stopped ? "" : r.stop->Flush());
@@ -306,6 +327,7 @@ void Engine::ExpireSessions(double now) {
   for (const auto& [last, id] : idle) {
     bool expired = config_.session_ttl_s > 0 && now - last > config_.session_ttl_s;
     if (!expired && over == 0) break;
+    spdlog::debug("session {} expired ({})", id, expired ? "idle past --session-ttl" : "over --max-sessions");
     cache_->RemoveSession(id);
     sessions_.erase(id);
     {
@@ -344,12 +366,17 @@ void Engine::RestoreFromDisk(Session& s) {
     kv = std::max(kv, e.id.valid_end);
   }
   std::sort(good.begin(), good.end(), [](const auto& a, const auto& b) { return a.id.chunk < b.id.chunk; });
-  int last_chunk = -1;
+  int last_chunk = -1, restored = 0;
   for (const auto& e : good) {
     const bool covers = e.id.valid_end == std::min((e.id.chunk + 1) * kBlockTokens, kv);
     if (!covers || e.id.chunk == last_chunk || !cache_->SlotFree(e.slot)) continue;
     cache_->RestoreChunk(s.id, e.id.chunk, Tier::kT2, e.slot, kv);
     last_chunk = e.id.chunk;
+    restored++;
+  }
+  if (restored < static_cast<int>(it->second.size())) {  // stale or corrupt slots: those chunks are recomputed
+    spdlog::debug("session {}: {} of {} disk-tier chunks restored; the others do not match the log", s.id, restored,
+                  it->second.size());
   }
   disk_index_.erase(it);
 }

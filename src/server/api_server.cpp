@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <sys/socket.h>
 
+#include "base/log.h"
 #include "server/http_util.h"
 #include "web/assets.h"
 
@@ -66,7 +67,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     e.code = res.status == 413 ? "request_too_large" : res.status == 404 ? "unknown_url" : "";
     http::SendError(res, e);
   });
-  http_.set_exception_handler([](const Req&, Res& res, std::exception_ptr ep) {
+  http_.set_exception_handler([](const Req& req, Res& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       std::rethrow_exception(ep);
@@ -74,6 +75,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
       what = ex.what();
     } catch (...) {
     }
+    spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
     http::SendError(res, ApiError{500, "server_error", what, "", ""});
   });
 
@@ -153,6 +155,11 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
     }
     fn(req, res, owner);
     metrics_.Request(route, res.status);
+    if (res.status >= 500) {
+      spdlog::warn("{} {} -> {}: {}", req.method, req.path, res.status, res.body.substr(0, 300));
+    } else {
+      spdlog::debug("{} {} -> {}", req.method, req.path, res.status);
+    }
   };
 }
 
@@ -230,18 +237,25 @@ void ApiServer::Detokenize(const Req& req, Res& res, const std::string&) {
 
 void ApiServer::ListSessions(const Req&, Res& res, const std::string& owner) {
   Json data = Json::array();
-  for (const auto& v : service_.Sessions(owner)) {
-    auto info = service_.engine().GetSession(v.id);
-    if (!info.ok()) continue;
+  const std::vector<Service::SessionView> views = service_.Sessions(owner);
+  std::vector<int64_t> ids;
+  for (const auto& v : views) ids.push_back(v.id);
+  // One engine call for all of them: the engine thread is not held up once per session.
+  const std::vector<SessionInfo> infos = service_.engine().ListSessions(ids);
+  size_t j = 0;
+  for (const auto& v : views) {  // both in id order; sessions the engine no longer has are skipped
+    while (j < infos.size() && infos[j].id < v.id) j++;
+    if (j == infos.size() || infos[j].id != v.id) continue;
+    const SessionInfo& info = infos[j];
     data.push_back({{"id", v.id},
                     {"key", v.key.empty() ? Json(nullptr) : Json(v.key)},
-                    {"tokens", info->tokens.size()},
-                    {"turns", info->turns.size()},
-                    {"kv_tokens", info->kv_tokens},
-                    {"idle_seconds", info->idle_seconds},
-                    {"busy", info->busy},
-                    {"chunks", {{"t0", info->chunks_by_tier[0]}, {"t1", info->chunks_by_tier[1]},
-                                {"t2", info->chunks_by_tier[2]}, {"dropped", info->chunks_by_tier[3]}}}});
+                    {"tokens", info.n_tokens},
+                    {"turns", info.n_turns},
+                    {"kv_tokens", info.kv_tokens},
+                    {"idle_seconds", info.idle_seconds},
+                    {"busy", info.busy},
+                    {"chunks", {{"t0", info.chunks_by_tier[0]}, {"t1", info.chunks_by_tier[1]},
+                                {"t2", info.chunks_by_tier[2]}, {"dropped", info.chunks_by_tier[3]}}}});
   }
   http::SendJson(res, {{"object", "list"}, {"data", data}});
 }

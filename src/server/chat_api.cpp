@@ -57,7 +57,7 @@ std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, 
                                             const std::string& owner) {
   TurnResult r = t.handle->Wait();
   metrics.Turn(r);
-  if (r.finish_reason == "error") return ApiError{400, "invalid_request_error", r.error, "", "context_length_exceeded"};
+  if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
   auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);
   if (auto* e = std::get_if<ApiError>(&c)) return *e;
   return r;
@@ -118,7 +118,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
               {"choices", Json::array({{{"index", 0},
                                         {"message", {{"role", "assistant"}, {"content", tr.text}}},
                                         {"logprobs", nullptr},
-                                        {"finish_reason", tr.finish_reason}}})},
+                                        {"finish_reason", FinishReasonName(tr.finish_reason)}}})},
               {"usage", http::ChatUsage(tr)}};
     if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
     return http::SendJson(res, j);
@@ -154,10 +154,11 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       if (!alive) return false;
       if (auto* e = std::get_if<ApiError>(&c)) {
         write(http::SseData(Json{{"error", {{"message", e->message}, {"type", e->type}}}}));
-      } else if (r.finish_reason == "error") {
-        write(http::SseData(Json{{"error", {{"message", r.error}, {"type", "invalid_request_error"}}}}));
+      } else if (r.finish_reason == FinishReason::kError) {
+        const ApiError e = ToApiError(r.error);
+        write(http::SseData(Json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code}}}}));
       } else {
-        Json last = chunk(Json::object(), r.finish_reason);
+        Json last = chunk(Json::object(), FinishReasonName(r.finish_reason));
         if (t.context.applied) last["mnemo_context"] = http::ContextJson(t.context);
         write(http::SseData(last));
         if (include_usage) {
@@ -210,7 +211,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     auto r = RunToEnd(service_, metrics_, t, owner);
     if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
     const TurnResult& tr = std::get<TurnResult>(r);
-    Json j = object(tr.text, tr.finish_reason);
+    Json j = object(tr.text, FinishReasonName(tr.finish_reason));
     j["usage"] = http::ChatUsage(tr);
     return http::SendJson(res, j);
   }
@@ -229,7 +230,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
       metrics->Turn(ev.result);
       auto c = service->Commit(t, ev.result, std::nullopt, std::nullopt, owner);
       if (!alive) return false;
-      Json last = object("", ev.result.finish_reason);
+      Json last = object("", FinishReasonName(ev.result.finish_reason));
       last["usage"] = http::ChatUsage(ev.result);
       write(http::SseData(last));
       write("data: [DONE]\n\n");

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "base/log.h"
 #include "context/embedding.h"
 #include "context/scoring.h"
 #include "context/selection.h"
@@ -174,7 +175,9 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
     }
   }
   auto dst = engine_.ComposeSession(src, new_hist, runs);
-  if (!dst.ok()) {
+  if (!dst.ok()) {  // the turn still runs, on the kept turns' text (recomputed): say why it is slower
+    spdlog::warn("selective context: cannot compose a session from session {}'s KV ({}); recomputing the kept turns",
+                 src, dst.error().message);
     spec.hint = SessionHint{};
     return report;
   }

@@ -70,7 +70,7 @@ void Metrics::Turn(const TurnResult& r) {
   if (!r.tokens.empty()) ttft_.Observe(r.ttft_seconds);
   e2e_.Observe(r.total_seconds);
   std::lock_guard<std::mutex> lock(mu_);
-  finish_[r.finish_reason]++;
+  finish_[FinishReasonName(r.finish_reason)]++;
 }
 
 void Metrics::ContextSelection(int64_t dropped_tokens) {

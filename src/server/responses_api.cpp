@@ -132,7 +132,7 @@ std::optional<ApiError> CheckMetadata(const Json& m) {
   return std::nullopt;
 }
 
-ApiError StoreFailure(const Error& e) { return ApiError{500, "server_error", "store: " + e.message, "", ""}; }
+ApiError StoreFailure(const Error& e) { return ToApiError(e, "store: "); }
 
 }  // namespace
 
@@ -281,8 +281,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner](const TurnResult& r) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
-    if (r.finish_reason == "error") return ApiError{400, "invalid_request_error", r.error, "", "context_length_exceeded"};
-    sr.status = r.finish_reason == "length" ? "incomplete" : "completed";
+    if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
+    sr.status = r.finish_reason == FinishReason::kLength ? "incomplete" : "completed";
     Json output = Json::array({OutputItem(msg_id, r.text, sr.status == "completed" ? "completed" : "incomplete")});
     Json usage = http::ResponsesUsage(r);
     sr.output_json = output.dump();
@@ -404,7 +404,7 @@ void ApiServer::ListInputItems(const Req& req, Res& res, const std::string& owne
   auto lo = ListParams(req);
   if (auto* e = std::get_if<ApiError>(&lo)) return http::SendError(res, *e);
   auto page = service_.store()->ListInputItems(req.matches[1], owner, std::get<ListOptions>(lo));
-  if (!page.ok()) return http::SendError(res, http::BadRequest(page.error().message, "after"));
+  if (!page.ok()) return http::SendError(res, ToApiError(page.error(), "", "after"));
   if (!page->has_value()) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
   http::SendJson(res, ListObject(**page));
 }
@@ -470,7 +470,7 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
       auto lo = ListParams(req);
       if (auto* e = std::get_if<ApiError>(&lo)) return http::SendError(res, *e);
       auto page = store.ListConversationItems(conv, owner, std::get<ListOptions>(lo));
-      if (!page.ok()) return http::SendError(res, http::BadRequest(page.error().message, "after"));
+      if (!page.ok()) return http::SendError(res, ToApiError(page.error(), "", "after"));
       if (!page->has_value()) return not_found();
       return http::SendJson(res, ListObject(**page));
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "base/log.h"
 #include "server/turn_append.h"
 
 namespace mnemo {
@@ -40,6 +41,7 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       return Status::Ok();
     });
     if (!st.ok()) return st.error();
+    spdlog::info("restored {} sessions from the store", s->sessions_.size());
   }
   return s;
 }
@@ -235,7 +237,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   st.prompt_tokens = static_cast<int>(tokens.size());
   // The engine may expire the chosen session (session TTL, max sessions) before the calls below
   // reach it: the turn then starts a new session with its whole context.
-  auto gone = [&](int64_t s) { return !engine_.GetSession(s).ok(); };
+  auto gone = [&](int64_t s) { return !engine_.HasSession(s); };
   auto start_afresh = [&](int64_t s) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -271,7 +273,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_[target].busy = false;
-      return ApiError{500, "server_error", t.error().message, "", ""};
+      return ToApiError(t.error());
     }
   }
   for (int attempt = 0;; attempt++) {
@@ -315,9 +317,8 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[id].busy = false;
-    const std::string& m = h.error().message;
-    if (m.rfind("queue full", 0) == 0) return ApiError{429, "rate_limit_error", "the server is busy: " + m, "", "queue_full"};
-    return Invalid(m);
+    const Error& err = h.error();
+    return ToApiError(err, err.code == StatusCode::kResourceExhausted ? "the server is busy: " : "");
   }
 }
 
@@ -325,7 +326,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
                                                     std::optional<StoredResponse> response,
                                                     std::optional<ConversationUpdate> conversation,
                                                     const std::string& owner) {
-  const bool keep = r.finish_reason == "stop" || r.finish_reason == "length";
+  const bool keep = Completed(r.finish_reason);
   std::vector<std::string> item_ids;
   std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
   std::optional<int64_t> store_truncate;  // an earlier cut of the log that the store has not seen
@@ -341,7 +342,10 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   if (keep && store_) {
     if (t.fork_of) {
       Status f = store_->ForkSession(*t.fork_of, t.session, t.fork_at, owner);
-      if (!f.ok()) return ApiError{500, "server_error", "could not store the turn: " + f.error().message, "", ""};
+      if (!f.ok()) {
+        spdlog::error("session {}: storing the fork of session {} failed: {}", t.session, *t.fork_of, f.error().message);
+        return ToApiError(f.error(), "could not store the turn: ");
+      }
     }
     TurnCommit c;
     c.session_id = t.session;
@@ -361,7 +365,10 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     c.response = std::move(response);
     c.conversation = std::move(conversation);
     auto ids = store_->CommitTurn(c);
-    if (!ids.ok()) return ApiError{500, "server_error", "could not store the turn: " + ids.error().message, "", ""};
+    if (!ids.ok()) {
+      spdlog::error("session {}: storing a turn failed: {}", t.session, ids.error().message);
+      return ToApiError(ids.error(), "could not store the turn: ");
+    }
     item_ids = std::move(ids.value());
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -379,7 +386,8 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   } else if (t.new_session || t.fork_of || !unstored.empty()) {  // nothing of it reached the store: forget it
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);
-    (void)engine_.DeleteSession(t.session);
+    Status d = engine_.DeleteSession(t.session);
+    if (!d.ok()) spdlog::warn("session {}: discarding an uncommitted session failed: {}", t.session, d.error().message);
   }
   return item_ids;
 }
@@ -432,8 +440,8 @@ Status Service::DeleteSession(int64_t id, const std::string& owner) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end() || it->second.owner != owner) return MakeError("unknown session");
-    if (it->second.busy) return MakeError("the session has a turn in progress");
+    if (it == sessions_.end() || it->second.owner != owner) return MakeError(StatusCode::kNotFound, "unknown session");
+    if (it->second.busy) return MakeError(StatusCode::kFailedPrecondition, "the session has a turn in progress");
     if (!it->second.key.empty()) keys_.erase(owner + '\n' + it->second.key);
     sessions_.erase(it);
   }

@@ -25,23 +25,12 @@
 
 #include "base/status.h"
 #include "chat/chat_template.h"
+#include "server/api_error.h"
 #include "engine/engine.h"
 #include "store/store.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo {
-
-// An API-level error: HTTP status, OpenAI error type and message.
-struct ApiError {
-  int status = 400;
-  std::string type = "invalid_request_error";
-  std::string message;
-  std::string param;  // the request field at fault, or ""
-  std::string code;   // machine-readable code, or ""
-};
-
-template <class T>
-using ApiResult = std::variant<T, ApiError>;
 
 // Where a turn's context comes from when the caller knows it.
 struct SessionHint {

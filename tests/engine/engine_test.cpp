@@ -95,7 +95,7 @@ std::vector<int32_t> RandomTokens(Rng& rng, int n) {
 }
 
 void ExpectMatches(const TurnResult& got, const Reference& want, const std::string& what) {
-  ASSERT_EQ(got.finish_reason, "length") << what << " " << got.error;
+  ASSERT_EQ(got.finish_reason, FinishReason::kLength) << what << " " << got.error.message;
   EXPECT_EQ(got.tokens, want.tokens) << what;
   ASSERT_EQ(got.first_logits.size(), want.first_logits.size()) << what;
   double d = 0;
@@ -226,11 +226,11 @@ TEST(Engine, AWaitingTurnDemotesOnlyTheRoomItNeeds) {
     SessionId a = (*e)->CreateSession(), b = (*e)->CreateSession();
     auto first = RandomTokens(rng, 12 * 32 - 4);  // 12 blocks with its 4 generated tokens
     first.insert(first.begin(), 1);
-    ASSERT_EQ((*e)->Submit(Greedy(a, first, 3)).value()->Wait().finish_reason, "length");
+    ASSERT_EQ((*e)->Submit(Greedy(a, first, 3)).value()->Wait().finish_reason, FinishReason::kLength);
     ASSERT_EQ((*e)->Stats().cache.evictions[0], 0);
     auto second = RandomTokens(rng, 4 * 32 - 4);  // 4 blocks: 2 free after the reserve
     second.insert(second.begin(), 1);
-    ASSERT_EQ((*e)->Submit(Greedy(b, second, 3)).value()->Wait().finish_reason, "length");
+    ASSERT_EQ((*e)->Submit(Greedy(b, second, 3)).value()->Wait().finish_reason, FinishReason::kLength);
     EngineStats st = (*e)->Stats();
     EXPECT_GE(st.cache.evictions[0], 2);
     EXPECT_LE(st.cache.evictions[0], 6) << "run " << run;
@@ -248,7 +248,7 @@ TEST(Engine, CancelledTurnLeavesTheSessionAsItWas) {
   auto first = RandomTokens(rng, 20);
   first.insert(first.begin(), 1);
   TurnResult r1 = (*(*e)->Submit(Greedy(s, first, 8)))->Wait();
-  ASSERT_EQ(r1.finish_reason, "length");
+  ASSERT_EQ(r1.finish_reason, FinishReason::kLength);
   auto before = (*e)->GetSession(s)->tokens;
   auto h = (*e)->Submit(Greedy(s, RandomTokens(rng, 10), 400));
   ASSERT_TRUE(h.ok());
@@ -256,7 +256,7 @@ TEST(Engine, CancelledTurnLeavesTheSessionAsItWas) {
   ASSERT_TRUE((*h)->Next(&ev));  // generating
   (*h)->Cancel();
   TurnResult rc = (*h)->Wait();
-  EXPECT_EQ(rc.finish_reason, "cancelled");
+  EXPECT_EQ(rc.finish_reason, FinishReason::kCancelled);
   EXPECT_EQ((*e)->GetSession(s)->tokens, before);
   // The next turn continues from the committed log, exactly.
   auto next = RandomTokens(rng, 12);
@@ -269,16 +269,25 @@ TEST(Engine, CancelledTurnLeavesTheSessionAsItWas) {
 TEST(Engine, BadRequestsAreRefused) {
   auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
   ASSERT_TRUE(e.ok());
-  EXPECT_FALSE((*e)->Submit(Greedy(999, {1, 2, 3}, 4)).ok());  // unknown session
+  // Each refusal carries the code the server maps to an HTTP status.
+  auto code = [&](const TurnRequest& r) {
+    auto h = (*e)->Submit(r);
+    return h.ok() ? StatusCode::kOk : h.error().code;
+  };
+  EXPECT_EQ(code(Greedy(999, {1, 2, 3}, 4)), StatusCode::kNotFound);
   SessionId s = (*e)->CreateSession();
-  EXPECT_FALSE((*e)->Submit(Greedy(s, {1, 5000}, 4)).ok());    // token outside the vocab
-  EXPECT_FALSE((*e)->Submit(Greedy(s, std::vector<int32_t>(600, 5), 4)).ok());  // too long
+  EXPECT_EQ(code(Greedy(s, {1, 5000}, 4)), StatusCode::kInvalidArgument);  // token outside the vocab
+  EXPECT_EQ(code(Greedy(s, std::vector<int32_t>(600, 5), 4)), StatusCode::kOutOfRange);  // too long
   TurnRequest bad = Greedy(s, {1, 5}, 4);
   bad.sampling.top_p = 2;
-  EXPECT_FALSE((*e)->Submit(bad).ok());
+  EXPECT_EQ(code(bad), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*e)->DeleteSession(12345).code(), StatusCode::kNotFound);
+  EXPECT_EQ((*e)->TruncateSession(s, 99).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*e)->ForkSession(12345, 0).error().code, StatusCode::kNotFound);
+  EXPECT_EQ((*e)->GetSession(12345).error().code, StatusCode::kNotFound);
   // The session still works.
   TurnResult r = (*(*e)->Submit(Greedy(s, {1, 300, 301}, 4)))->Wait();
-  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.finish_reason, FinishReason::kLength);
   EXPECT_EQ((*e)->GetSession(s)->tokens.size(), 7u);
 }
 
@@ -318,10 +327,10 @@ TEST(Engine, ForkWithAFullComputeTierKeepsThePartialChunk) {
     SessionId a = (*e)->CreateSession(), b = (*e)->CreateSession();
     auto first = RandomTokens(rng, 70);
     first.insert(first.begin(), 1);
-    ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, "length");  // 80 positions: 3 blocks
+    ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, FinishReason::kLength);  // 80 positions: 3 blocks
     auto other = RandomTokens(rng, 139);
     other.insert(other.begin(), 1);
-    ASSERT_EQ((*(*e)->Submit(Greedy(b, other, 10)))->Wait().finish_reason, "length");  // 149 positions: 5 blocks
+    ASSERT_EQ((*(*e)->Submit(Greedy(b, other, 10)))->Wait().finish_reason, FinishReason::kLength);  // 149 positions: 5 blocks
     ASSERT_EQ((*e)->Stats().used_blocks[0], 8);
     ASSERT_EQ((*e)->GetSession(a)->chunks_by_tier[0], 3);
     auto f = (*e)->ForkSession(a, 70);
@@ -356,7 +365,7 @@ TEST(Engine, TruncateInsideAChunkSharedWithAForkKeepsThePrefix) {
   SessionId a = (*e)->CreateSession();
   auto first = RandomTokens(rng, 100);
   first.insert(first.begin(), 1);
-  ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, "length");
+  ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, FinishReason::kLength);
   auto f = (*e)->ForkSession(a, 96);  // shares chunks 0-2 whole
   ASSERT_TRUE(f.ok());
   ASSERT_TRUE((*e)->TruncateSession(a, 70).ok());
@@ -458,7 +467,7 @@ TEST(Engine, ComposeSessionCopiesAndShiftsCachedKv) {
   auto info = (*e)->GetSession(*shifted);
   EXPECT_EQ(info->tokens, kept);
   TurnResult r2 = (*(*e)->Submit(Greedy(*shifted, {300, 301}, 4)))->Wait();
-  EXPECT_EQ(r2.finish_reason, "length");
+  EXPECT_EQ(r2.finish_reason, FinishReason::kLength);
   EXPECT_EQ(r2.prompt_tokens, int(kept.size()) + 2);
   EXPECT_GT(r2.sources.t0, int(kept.size()) - 2 * kBlockTokens);  // at most the chunks straddling a seam recompute
   EXPECT_FALSE((*e)->ComposeSession(999, kept, {}).ok());

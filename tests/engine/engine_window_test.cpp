@@ -110,7 +110,7 @@ std::vector<int32_t> RandomTokens(Rng& rng, int n) {
 }
 
 void ExpectMatches(const TurnResult& got, const Reference& want, const std::string& what) {
-  ASSERT_EQ(got.finish_reason, "length") << what << " " << got.error;
+  ASSERT_EQ(got.finish_reason, FinishReason::kLength) << what << " " << got.error.message;
   EXPECT_EQ(got.tokens, want.tokens) << what;
   ASSERT_EQ(got.first_logits.size(), want.first_logits.size()) << what;
   double d = 0;
@@ -180,7 +180,7 @@ TEST(EngineWindow, ForkPastTheWindow) {
   Rng rng(31);
   auto first = RandomTokens(rng, 150);
   first.insert(first.begin(), 1);
-  ASSERT_EQ((*(*e)->Submit(Greedy(s, first, 10)))->Wait().finish_reason, "length");
+  ASSERT_EQ((*(*e)->Submit(Greedy(s, first, 10)))->Wait().finish_reason, FinishReason::kLength);
   for (int at : {128, 141}) {
     auto f = (*e)->ForkSession(s, at);
     ASSERT_TRUE(f.ok());

@@ -1,0 +1,55 @@
+#include "server/api_error.h"
+
+namespace mnemo {
+
+ApiError ToApiError(const Error& e, const std::string& prefix, std::string param) {
+  ApiError out;
+  out.message = prefix + e.message;
+  out.param = std::move(param);
+  switch (e.code) {
+    case StatusCode::kInvalidArgument:
+      out.status = 400;
+      out.code = "invalid_value";
+      break;
+    case StatusCode::kOutOfRange:
+      out.status = 400;
+      out.code = "context_length_exceeded";
+      break;
+    case StatusCode::kNotFound:
+      out.status = 404;
+      out.code = "not_found";
+      break;
+    case StatusCode::kAlreadyExists:
+      out.status = 409;
+      out.code = "already_exists";
+      break;
+    case StatusCode::kFailedPrecondition:
+      out.status = 409;
+      out.code = "session_busy";
+      break;
+    case StatusCode::kResourceExhausted:
+      out.status = 429;
+      out.type = "rate_limit_error";
+      out.code = "queue_full";
+      break;
+    case StatusCode::kUnavailable:
+      out.status = 503;
+      out.type = "server_error";
+      out.code = "unavailable";
+      break;
+    case StatusCode::kCancelled:
+      out.status = 499;
+      out.code = "cancelled";
+      break;
+    case StatusCode::kOk:
+    case StatusCode::kDataLoss:
+    case StatusCode::kInternal:
+      out.status = 500;
+      out.type = "server_error";
+      out.code = "server_error";
+      break;
+  }
+  return out;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,37 @@
+// The API's errors: an HTTP status, an OpenAI error type, a message and a machine-readable code.
+// Library errors are mapped by their StatusCode (base/status.h), never by their message text.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "base/status.h"
+
+namespace mnemo {
+
+// An API-level error: HTTP status, OpenAI error type and message.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  // the request field at fault, or ""
+  std::string code;   // machine-readable code, or ""
+};
+
+template <class T>
+using ApiResult = std::variant<T, ApiError>;
+
+// The HTTP status, OpenAI type and code for an error of this kind:
+//   kInvalidArgument    400 invalid_request_error  invalid_value
+//   kOutOfRange         400 invalid_request_error  context_length_exceeded
+//   kNotFound           404 invalid_request_error  not_found
+//   kAlreadyExists      409 invalid_request_error  already_exists
+//   kFailedPrecondition 409 invalid_request_error  session_busy
+//   kResourceExhausted  429 rate_limit_error       queue_full
+//   kUnavailable        503 server_error           unavailable
+//   kCancelled          499 invalid_request_error  cancelled   (nginx's "client closed request")
+//   kDataLoss, kInternal (and kOk) 500 server_error  server_error
+// `prefix` is put before the message (e.g. "store: "); param names the request field at fault.
+ApiError ToApiError(const Error& e, const std::string& prefix = "", std::string param = "");
+
+}  // namespace mnemo
