@@ -31,6 +31,9 @@ int RunServe(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The disk tier lives beside the store (a temporary store gets none: its sessions die with it).
+  if (f.engine.t2_mb < 0 && f.engine.disk_dir.empty() && !f.db.empty()) f.engine.disk_dir = f.db + ".kv";
+  if (f.engine.t2_mb < 0 && f.engine.disk_dir.empty()) f.engine.t2_mb = 0;
   auto started = StartEngine(f.model, f.tokenizer, f.runtime, f.engine);
   if (!started.ok()) {
     std::fprintf(stderr, "error: %s\n", started.error().message.c_str());
@@ -102,6 +105,7 @@ int RunServe(ServeFlags& f) {
 void RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   f->runtime.log_level = "info";
+  f->engine.t0_mb = f->engine.t1_mb = f->engine.t2_mb = -1;  // sized from the machine unless given
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible stateful HTTP server");
   cmd->add_option("--model", f->model, "model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
@@ -120,6 +124,11 @@ void RegisterServe(CLI::App& app) {
       ->check(CLI::IsMember({"default", "factual", "sequential", "analytical"}));
   AddRuntimeFlags(cmd, &f->runtime);
   AddEngineFlags(cmd, &f->engine);
+  cmd->footer(
+      "KV tiers by default: T0 (--kv-t0-mb) = the smaller of a quarter of the available memory and the KV of 64\n"
+      "full-length contexts; T1 (--kv-t1-mb) = the smaller of a quarter of the available memory and 4x T0;\n"
+      "with --db, a disk tier in <db>.kv/ (--kv-disk-dir) of the smaller of 4096 MB and a quarter of the free\n"
+      "disk space (--kv-disk-mb), so a restart keeps the KV. Give a size of 0 to turn a tier off.");
   cmd->callback([f] {
     int rc = RunServe(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -19,9 +19,9 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f);
 
 // Tier, policy and scheduler flags of commands that run the engine (serve, chat, bench multiturn).
 struct EngineFlags {
-  double t0_mb = 256;
-  double t1_mb = 0;
-  double t2_mb = 0;
+  double t0_mb = 256;  // < 0: sized from the machine (serve's default; AutoSizeTiers)
+  double t1_mb = 0;    // < 0: sized from the machine
+  double t2_mb = 0;    // < 0: sized from the disk (needs disk_dir)
   std::string disk_dir;
   double reserve = 0.1;
   std::string policy = "pensieve";

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 
 #include "base/cpu.h"
 #include "base/log.h"
@@ -33,6 +35,7 @@ void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f) {
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--kv-t0-mb", f->t0_mb, "compute-tier KV pool (MB)")->check(CLI::PositiveNumber);
+  // (serve's defaults, when these are not given, are in its help footer)
   cmd->add_option("--kv-t1-mb", f->t1_mb, "host-tier KV pool (MB); 0 = none")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-disk-mb", f->t2_mb, "disk-tier KV (MB); 0 = none")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-disk-dir", f->disk_dir, "directory of the disk tier");
@@ -92,10 +95,52 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   return c;
 }
 
+namespace {
+
+// MemAvailable from /proc/meminfo, in MB; 0 if unknown.
+double AvailableMemoryMb() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AutoSizeTiers(EngineFlags* f, double bytes_per_token, int max_context) {
+  const double avail = AvailableMemoryMb();
+  const double quarter = avail > 0 ? avail / 4 : 1024;
+  if (f->t0_mb < 0) f->t0_mb = std::max(4.0, std::min(quarter, 64.0 * max_context * bytes_per_token / 1048576.0));
+  if (f->t1_mb < 0) f->t1_mb = std::min(quarter, 4 * f->t0_mb);
+  if (f->t2_mb < 0) {
+    f->t2_mb = 0;
+    std::error_code ec;
+    if (!f->disk_dir.empty()) {
+      auto parent = std::filesystem::absolute(f->disk_dir, ec).parent_path();
+      auto space = std::filesystem::space(parent, ec);
+      if (!ec) f->t2_mb = std::min(4096.0, space.available / 4.0 / 1048576.0);
+    }
+  }
+}
+
 Result<EngineRuntime> StartEngine(const std::string& model_path, const std::string& tokenizer_path,
-                                  const RuntimeFlags& runtime, const EngineFlags& engine) {
+                                  const RuntimeFlags& runtime, const EngineFlags& flags) {
   auto rt = LoadRuntime(model_path, tokenizer_path, runtime);
   if (!rt.ok()) return rt.error();
+  EngineFlags engine = flags;
+  const KvShape shape = rt->model->kv_shape(rt->kv_dtype);
+  const int ctx = engine.max_context > 0 ? std::min(engine.max_context, rt->model->config().context_length)
+                                         : rt->model->config().context_length;
+  AutoSizeTiers(&engine, static_cast<double>(shape.BlockBytes()) / kBlockTokens, ctx);
+  if (engine.t2_mb <= 0) engine.disk_dir.clear();
+  spdlog::info("KV tiers: T0 {:.0f} MB, T1 {}, T2 {} ({} KB per 32-token block, {} positions per session)",
+               engine.t0_mb, engine.t1_mb > 0 ? fmt::format("{:.0f} MB", engine.t1_mb) : std::string("off"),
+               engine.t2_mb > 0 ? fmt::format("{:.0f} MB in {}", engine.t2_mb, engine.disk_dir) : std::string("off"),
+               shape.BlockBytes() / 1024, ctx);
   auto e = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(engine, rt->kv_dtype));
   if (!e.ok()) return e.error();
   return EngineRuntime{std::move(rt.value()), std::move(e.value())};

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "base/log.h"
+#include "engine/batch_plan.h"
 #include "engine/engine.h"
 #include "engine/running.h"
 
@@ -151,9 +152,15 @@ void Engine::Schedule(double now) {
       if (cache_->Grow(r->session->id, need, &r->table)) continue;
       PollTransfers();  // demotions that finished free blocks
       if (cache_->Grow(r->session->id, need, &r->table)) continue;
-      auto youngest = std::max_element(running_.begin(), running_.end(), [](const auto& a, const auto& b) {
-        return (a->decoding() ? a->order : 0) < (b->decoding() ? b->order : 0);
-      });
+      std::vector<uint64_t> order;
+      std::unique_ptr<bool[]> decoding(new bool[running_.size()]);
+      for (size_t i = 0; i < running_.size(); i++) {
+        order.push_back(running_[i]->order);
+        decoding[i] = running_[i]->decoding();
+      }
+      const int v = PickSuspension(order, std::span<const bool>(decoding.get(), running_.size()));
+      MNEMO_CHECK(v >= 0);  // r itself decodes
+      auto youngest = running_.begin() + v;
       Running& victim = **youngest;
       Suspend(victim, now);
       SubmitTransfers();
@@ -165,34 +172,34 @@ void Engine::Schedule(double now) {
   }
   if (running_.empty()) return;
 
-  // The batch: every decode one token, then prefill chunks within the token budget.
+  // Plan (batch_plan.h: every decode one token, then prefill chunks FCFS within the token
+  // budget), then build the batch the plan names.
+  std::vector<PlanInput> inputs;
+  for (const auto& r : running_) {
+    inputs.push_back(PlanInput{r->decoding(), static_cast<int>(r->queries.size() - r->next_query)});
+  }
+  const BatchPlan plan = PlanBatch(inputs, config_.max_batch_tokens);
   Batch batch;
   std::vector<Running*> sampled;  // entries whose logits row is sampled, in row order
-  int budget = config_.max_batch_tokens;
-  for (auto& r : running_) {
-    if (!r->decoding()) continue;
-    const int32_t pos = static_cast<int32_t>(r->seq.size()) - 1;
-    int i = batch.Add(&r->seq[pos], &pos, 1, false);
-    batch.seqs[i].block_table = r->table;
-    batch.seqs[i].n_ctx = pos + 1;
-    sampled.push_back(r.get());
-    budget--;
-  }
   std::vector<int32_t> toks;
-  for (auto& r : running_) {
-    if (r->decoding() || budget <= 0) continue;
-    const size_t k = std::min<size_t>(budget, r->queries.size() - r->next_query);
-    const int32_t* pos = r->queries.data() + r->next_query;
-    toks.resize(k);
-    for (size_t j = 0; j < k; j++) toks[j] = r->seq[pos[j]];
-    int i = batch.Add(toks.data(), pos, static_cast<int>(k), false);
-    batch.seqs[i].block_table = r->table;
-    batch.seqs[i].n_ctx = pos[k - 1] + 1;
-    const bool last = r->next_query + k == r->queries.size();
-    batch.seqs[i].logits = last;
-    if (last) sampled.push_back(r.get());
-    r->next_query += k;
-    budget -= static_cast<int>(k);
+  for (const PlannedSeq& ps : plan.seqs) {
+    Running& r = *running_[ps.turn];
+    if (inputs[ps.turn].decoding) {
+      const int32_t pos = static_cast<int32_t>(r.seq.size()) - 1;
+      int i = batch.Add(&r.seq[pos], &pos, 1, false);
+      batch.seqs[i].block_table = r.table;
+      batch.seqs[i].n_ctx = pos + 1;
+    } else {
+      const int32_t* pos = r.queries.data() + r.next_query + ps.begin;
+      toks.resize(ps.count);
+      for (int j = 0; j < ps.count; j++) toks[j] = r.seq[pos[j]];
+      int i = batch.Add(toks.data(), pos, ps.count, false);
+      batch.seqs[i].block_table = r.table;
+      batch.seqs[i].n_ctx = pos[ps.count - 1] + 1;
+      batch.seqs[i].logits = ps.sample;
+      r.next_query += ps.count;
+    }
+    if (ps.sample) sampled.push_back(&r);
   }
   if (batch.seqs.empty()) return;
 

@@ -20,6 +20,7 @@ using Json = nlohmann::json;
 std::string TempDb(const char* name) {
   auto p = std::filesystem::temp_directory_path() / (std::string("mnemo-http-") + name + "-" + std::to_string(getpid()) + ".db");
   std::filesystem::remove(p);
+  std::filesystem::remove_all(p.string() + ".kv");  // serve's default disk tier beside the store
   return p.string();
 }
 

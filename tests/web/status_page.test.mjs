@@ -57,7 +57,7 @@ let server, load, context, page;
 const consoleErrors = [];
 
 before(async () => {
-  server = await startServer(['--kv-t0-mb', '1', '--kv-t1-mb', '4']);
+  server = await startServer(['--kv-t0-mb', '1', '--kv-t1-mb', '4', '--kv-disk-mb', '0']);
   load = startLoad(server.url);
   context = await chromium.launchPersistentContext(join(server.dir, 'chromium-profile'), {  // a fresh profile
     executablePath: CHROMIUM,
