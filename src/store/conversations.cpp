@@ -182,7 +182,7 @@ Result<std::optional<ItemPage>> Store::ListConversationItems(const std::string& 
     if (!pos) return pos.error();
     auto row = pos->Bind(1, id).Bind(2, options.after).Step();
     if (!row) return row.error();
-    if (!*row) return MakeError("no item '%s' in conversation '%s'", options.after.c_str(), id.c_str());
+    if (!*row) return MakeError(StatusCode::kInvalidArgument, "no item '%s' in conversation '%s'", options.after.c_str(), id.c_str());
     bound = pos->Int(0);
   }
   auto st = options.ascending

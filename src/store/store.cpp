@@ -269,7 +269,7 @@ Result<std::string> ItemIdFor(const NewItem& item) {
 
 Status CheckLimit(const ListOptions& options) {
   if (options.limit < 1 || options.limit > 10000) {
-    return MakeError("list limit must be in [1, 10000], not %d", options.limit);
+    return MakeError(StatusCode::kInvalidArgument, "list limit must be in [1, 10000], not %d", options.limit);
   }
   return {};
 }
@@ -281,7 +281,7 @@ Result<ItemPage> PageOf(std::vector<StoredItem> items, const ListOptions& option
   if (!options.after.empty()) {
     auto it = std::find_if(items.begin(), items.end(),
                            [&](const StoredItem& x) { return x.id == options.after; });
-    if (it == items.end()) return MakeError("no item '%s' in this list", options.after.c_str());
+    if (it == items.end()) return MakeError(StatusCode::kInvalidArgument, "no item '%s' in this list", options.after.c_str());
     start = static_cast<size_t>(it - items.begin()) + 1;
   }
   ItemPage page;
