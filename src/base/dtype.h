@@ -55,9 +55,11 @@ inline uint16_t F32ToBf16(float f) {
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
 
-// Converts n elements of type t at src to f32 at dst (n a multiple of DTypeBlockElems(t)).
+// Converts n elements of type t at src to f32 at dst (n a multiple of DTypeBlockElems(t)); block
+// types decode exactly as ggml does (base/quant.h).
 void ToF32(DType t, const void* src, float* dst, size_t n);
-// Converts n f32 values to type t (Q8_0 quantises per block of 32 as llama.cpp does: d = max|x| / 127).
+// Converts n f32 values to type t (n a multiple of DTypeBlockElems(t)). Q8_0 quantises as llama.cpp
+// does (d = max|x| / 127); the other block types search scales (base/quant.h), deterministically.
 void FromF32(DType t, const float* src, void* dst, size_t n);
 
 }  // namespace mnemo
