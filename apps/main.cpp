@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   mnemo::app::RegisterGenerate(app);
   mnemo::app::RegisterInspect(app);
   mnemo::app::RegisterMakeModel(app);
+  mnemo::app::RegisterQuantize(app);
   mnemo::app::RegisterChat(app);
   mnemo::app::RegisterServe(app);
   mnemo::app::RegisterBench(app);

@@ -212,23 +212,33 @@ std::optional<GgmlTypeInfo> GgmlType(uint32_t type) {
   return GgmlTypeInfo{kTypes[type].name, kTypes[type].block_elems, kTypes[type].block_bytes};
 }
 
+namespace {
+// DType <-> ggml type id (ggml.h's enum ggml_type, a fact of the format).
+struct DTypeId {
+  DType dtype;
+  uint32_t ggml;
+};
+constexpr DTypeId kDTypeIds[] = {
+    {DType::F32, kGgmlF32},   {DType::F16, kGgmlF16},   {DType::BF16, kGgmlBF16}, {DType::Q8_0, kGgmlQ8_0},
+    {DType::Q4_0, 2},         {DType::Q4_1, 3},         {DType::Q5_0, 6},         {DType::Q5_1, 7},
+    {DType::Q2_K, 10},        {DType::Q3_K, 11},        {DType::Q4_K, 12},        {DType::Q5_K, 13},
+    {DType::Q6_K, 14},        {DType::IQ4_NL, 20},      {DType::IQ4_XS, 23},
+};
+static_assert(std::size(kDTypeIds) == std::size(kAllDTypes));
+}  // namespace
+
 std::optional<DType> GgmlToDType(uint32_t type) {
-  switch (type) {
-    case kGgmlF32: return DType::F32;
-    case kGgmlF16: return DType::F16;
-    case kGgmlBF16: return DType::BF16;
-    case kGgmlQ8_0: return DType::Q8_0;
+  for (const DTypeId& e : kDTypeIds) {
+    if (e.ggml == type) return e.dtype;
   }
   return std::nullopt;
 }
 
 uint32_t DTypeToGgml(DType t) {
-  switch (t) {
-    case DType::F32: return kGgmlF32;
-    case DType::F16: return kGgmlF16;
-    case DType::BF16: return kGgmlBF16;
-    case DType::Q8_0: return kGgmlQ8_0;
+  for (const DTypeId& e : kDTypeIds) {
+    if (e.dtype == t) return e.ggml;
   }
+  MNEMO_CHECK_MSG(false, std::string("DTypeToGgml: unmapped dtype ") + DTypeName(t));
   return kGgmlF32;
 }
 

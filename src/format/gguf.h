@@ -55,7 +55,8 @@ struct GgmlTypeInfo {
   int64_t block_bytes;  // bytes per block
 };
 std::optional<GgmlTypeInfo> GgmlType(uint32_t type);
-// The DType for a ggml type mnemo supports (F32, F16, BF16, Q8_0), else nullopt.
+// The DType for a ggml type mnemo supports (every DType: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+// q5_1, q2_K .. q6_K, iq4_nl, iq4_xs), else nullopt; DTypeToGgml is its inverse.
 std::optional<DType> GgmlToDType(uint32_t type);
 uint32_t DTypeToGgml(DType t);
 

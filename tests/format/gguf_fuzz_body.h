@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "format/gguf.h"
 #include "format/gguf_vocab.h"
@@ -34,9 +35,15 @@ inline bool ExerciseGguf(const uint8_t* data, size_t size) {
   auto m = ModelFile::FromGguf(std::move(f).value());
   if (m.ok()) {
     const ModelWeights& w = m->weights();
+    std::vector<float> row;
     auto touch = [&](const TensorRef& r) {
       auto* p = static_cast<const uint8_t*>(r.data);
       sink = sink + p[0] + p[r.bytes() - 1];
+      // Decode the first and last rows: every dtype ModelFile accepts must decode whole rows.
+      row.resize(size_t(r.cols));
+      ToF32(r.dtype, p, row.data(), row.size());
+      ToF32(r.dtype, p + (r.rows - 1) * int64_t(DTypeBytes(r.dtype, size_t(r.cols))), row.data(), row.size());
+      sink = sink + uint8_t(row[0] != 0);
     };
     touch(w.tok_embd);
     touch(w.output);

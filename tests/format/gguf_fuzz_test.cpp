@@ -8,6 +8,7 @@
 
 #include "base/rng.h"
 #include "format/make_model.h"
+#include "format/quantize_model.h"
 #include "gguf_bytes.h"
 #include "gguf_fuzz_body.h"
 
@@ -33,6 +34,27 @@ std::vector<uint8_t> TinyModel() {
   EXPECT_TRUE(st.ok()) << st.error().message;
   auto b = ReadFile(o.output_path);
   std::remove(o.output_path.c_str());
+  return b;
+}
+
+// A loadable model whose matrices mix block types (Q4_K_M: q4_K, q6_K; f32 norms), rows of 256.
+std::vector<uint8_t> MixedTypesModel() {
+  MakeModelOptions o;
+  ModelConfig c;
+  c.dim = 256, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 128, c.ffn_dim = 256;
+  c.vocab_size = 512, c.rope_dims = 128, c.context_length = 64;
+  o.config = c;
+  o.dtype = DType::F32;
+  o.vocab_path = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+  std::string base = std::string(MNEMO_BINARY_DIR) + "/fuzz_seed_mixed." + std::to_string(getpid());
+  o.output_path = base + ".f32.gguf";
+  Status st = MakeModel(o);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  auto q = QuantizeModel(o.output_path, base + ".gguf", ParseQuantizeTarget("Q4_K_M").value());
+  EXPECT_TRUE(q.ok()) << q.error().message;
+  auto b = ReadFile(base + ".gguf");
+  std::remove(o.output_path.c_str());
+  std::remove((base + ".gguf").c_str());
   return b;
 }
 
@@ -64,10 +86,16 @@ size_t HeaderEnd(const std::vector<uint8_t>& b) {
 TEST(GgufFuzz, SeedsAreValid) {
   auto tiny = TinyModel();
   auto all = AllTypes();
+  auto mixed = MixedTypesModel();
   EXPECT_TRUE(test::ExerciseGguf(tiny.data(), tiny.size()));
   EXPECT_TRUE(test::ExerciseGguf(all.data(), all.size()));
+  EXPECT_TRUE(test::ExerciseGguf(mixed.data(), mixed.size()));
   auto m = ModelFile::FromGguf(gguf::GgufFile::FromBytes(tiny.data(), tiny.size()).value());
   EXPECT_TRUE(m.ok()) << m.error().message;
+  auto mm = ModelFile::FromGguf(gguf::GgufFile::FromBytes(mixed.data(), mixed.size()).value());
+  ASSERT_TRUE(mm.ok()) << mm.error().message;
+  EXPECT_EQ(mm->weights().layers[0].wq.dtype, DType::Q4_K);
+  EXPECT_EQ(mm->weights().layers[0].wv.dtype, DType::Q6_K);
 }
 
 TEST(GgufFuzz, EveryPrefixOfTheHeaderArea) {
@@ -82,7 +110,7 @@ TEST(GgufFuzz, EveryPrefixOfTheHeaderArea) {
 }
 
 TEST(GgufFuzz, RandomMutations) {
-  const std::vector<std::vector<uint8_t>> seeds = {TinyModel(), AllTypes()};
+  const std::vector<std::vector<uint8_t>> seeds = {TinyModel(), AllTypes(), MixedTypesModel()};
   const uint64_t interesting[] = {0, 1, 2, 7, 31, 32, 33, 255, 0x7fffffff, 0x80000000u, 0xffffffffu,
                                   uint64_t(1) << 32, uint64_t(1) << 60, uint64_t(1) << 63, ~uint64_t(0),
                                   ~uint64_t(0) - 7, 0x7fffffffffffffffull};
@@ -99,7 +127,7 @@ TEST(GgufFuzz, RandomMutations) {
       size_t region = rng.Next() % 4 == 0 ? b.size() : hdr;
       region = std::min(region, b.size());
       size_t pos = rng.Next() % region;
-      switch (rng.Next() % 6) {
+      switch (rng.Next() % 7) {
         case 0:  // bit flip
           b[pos] ^= uint8_t(1u << (rng.Next() % 8));
           break;
@@ -122,6 +150,11 @@ TEST(GgufFuzz, RandomMutations) {
         case 5:  // truncate anywhere
           b.resize(pos);
           break;
+        case 6: {  // a ggml type id (supported, unsupported or undefined) where a u32 was
+          uint32_t v = uint32_t(rng.Next() % 42);
+          std::memcpy(b.data() + pos, &v, std::min<size_t>(4, b.size() - pos));
+          break;
+        }
       }
     }
     parsed += test::ExerciseGguf(b.data(), b.size());

@@ -181,8 +181,37 @@ TEST(Gguf, ParsesAllValueTypesAndUnsupportedTensorTypes) {
   const TensorInfo* q4 = f->FindTensor("q4");
   ASSERT_NE(q4, nullptr);
   EXPECT_EQ(q4->nbytes, 72u);
-  EXPECT_FALSE(q4->dtype.has_value());
+  EXPECT_EQ(q4->dtype, DType::Q4_0);
   EXPECT_EQ(f->FindTensor("bf")->dtype, DType::BF16);
+}
+
+TEST(Gguf, GgmlTypeIdsMapToDTypesBothWays) {
+  for (DType t : kAllDTypes) {
+    uint32_t id = DTypeToGgml(t);
+    EXPECT_EQ(GgmlToDType(id), t) << DTypeName(t);
+    auto info = GgmlType(id);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_STREQ(info->name, DTypeName(t));
+    EXPECT_EQ(info->block_elems, DTypeBlockElems(t));
+    EXPECT_EQ(info->block_bytes, DTypeBlockBytes(t));
+  }
+  // Types ggml defines that mnemo does not decode.
+  for (uint32_t id : {9u, 15u, 16u, 17u, 18u, 19u, 21u, 22u, 24u, 26u, 29u, 34u, 35u, 39u}) {
+    EXPECT_TRUE(GgmlType(id).has_value()) << id;
+    EXPECT_FALSE(GgmlToDType(id).has_value()) << id;
+  }
+}
+
+TEST(Gguf, RowNotAWholeNumberOfBlocksNamesTensorAndType) {
+  auto err = [](GgufBytes g) {
+    auto f = GgufFile::FromBytes(g.b.data(), g.b.size());
+    return f.ok() ? std::string() : f.error().message;
+  };
+  std::string e = err(GgufBytes().Header(3, 1, 0).Tensor("blk.0.attn_q.weight", {128, 2}, 12, 0).Align(32).Zeros(288));
+  EXPECT_NE(e.find("blk.0.attn_q.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("q4_K"), std::string::npos) << e;
+  e = err(GgufBytes().Header(3, 1, 0).Tensor("w", {48, 1}, 20, 0).Align(32).Zeros(64));
+  EXPECT_NE(e.find("iq4_nl"), std::string::npos) << e;
 }
 
 TEST(Gguf, OpenReportsMissingFile) {
