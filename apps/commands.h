@@ -40,6 +40,7 @@ void AddWorkloadFlags(CLI::App* cmd, WorkloadConfig* w, int* users, double* rate
 
 void RegisterGenerate(CLI::App& app);
 void RegisterInspect(CLI::App& app);
+void RegisterLogits(CLI::App& app);
 void RegisterMakeModel(CLI::App& app);
 void RegisterQuantize(CLI::App& app);
 void RegisterBench(CLI::App& app);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mnemo::app::RegisterGenerate(app);
   mnemo::app::RegisterInspect(app);
+  mnemo::app::RegisterLogits(app);
   mnemo::app::RegisterMakeModel(app);
   mnemo::app::RegisterQuantize(app);
   mnemo::app::RegisterChat(app);

@@ -1,6 +1,39 @@
 #include "format/gguf_vocab.h"
 
+#include <algorithm>
+
 namespace mnemo::gguf {
+namespace {
+
+// Token texts llama.cpp treats as end of generation whatever their declared type (llama-vocab.cpp
+// keeps the same list, as it says, until converters declare such tokens in metadata).
+constexpr const char* kEogTexts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~["};
+
+// Fills v.eog_ids: eos, the declared eot/eom ids, and tokens spelled as in kEogTexts. Sorted, unique.
+Status ReadEogIds(const GgufFile& f, Vocab& v) {
+  std::vector<int32_t> ids;
+  if (v.eos >= 0) ids.push_back(v.eos);
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (!f.Has(key)) continue;
+    auto id = f.GetI64(key);
+    if (!id) return id.error();
+    if (*id >= 0 && uint64_t(*id) < v.tokens.size()) ids.push_back(int32_t(*id));
+  }
+  for (size_t i = 0; i < v.tokens.size(); i++) {
+    for (const char* t : kEogTexts) {
+      if (v.tokens[i] == t) ids.push_back(int32_t(i));
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  v.eog_ids = std::move(ids);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<Vocab> ReadVocab(const GgufFile& f) {
   Vocab v;
@@ -76,6 +109,7 @@ Result<Vocab> ReadVocab(const GgufFile& f) {
     if (!b) return b.error();
     *k.dst = *b;
   }
+  MNEMO_TRY(ReadEogIds(f, v));
   auto tmpl = f.GetStringOr("tokenizer.chat_template", "");
   if (!tmpl) return tmpl.error();
   v.chat_template = *tmpl;

@@ -13,7 +13,8 @@ namespace mnemo::gguf {
 // BPE ("gpt2") bos = eos = 11, add_bos false (true for the llama-bpe pre-tokenizer),
 // add_space_prefix false. Special ids that are out of range (e.g. 0xFFFFFFFF) mean "none" (-1).
 // Errors: no tokens, unsupported tokenizer model, array lengths that disagree with the token count,
-// BPE without merges.
+// BPE without merges. eog_ids: eos, tokenizer.ggml.eot_token_id / eom_token_id, and every token
+// whose text llama.cpp treats as end of generation (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, ...).
 Result<Vocab> ReadVocab(const GgufFile& f);
 
 }  // namespace mnemo::gguf

@@ -9,10 +9,6 @@
 namespace mnemo {
 namespace {
 
-// Texts of control tokens that end a turn in common chat formats.
-constexpr std::string_view kEogTexts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>",
-                                          "<end_of_turn>", "<|end|>"};
-
 Status CheckSpecialId(const char* what, int32_t id, size_t n) {
   if (id < -1 || id >= static_cast<int64_t>(n)) {
     return MakeError("vocab: %s token id %d is out of range [0, %zu)", what, id, n);
@@ -41,6 +37,10 @@ Status CheckVocab(const Vocab& v) {
   MNEMO_TRY(CheckSpecialId("EOS", v.eos, n));
   MNEMO_TRY(CheckSpecialId("unknown", v.unk, n));
   MNEMO_TRY(CheckSpecialId("padding", v.pad, n));
+  for (int32_t id : v.eog_ids) {
+    if (id < 0) return MakeError("vocab: end-of-generation token id %d is negative", id);
+    MNEMO_TRY(CheckSpecialId("end-of-generation", id, n));
+  }
   if (v.add_bos && v.bos < 0) return MakeError("vocab asks to add BOS but has no BOS token");
   if (v.add_eos && v.eos < 0) return MakeError("vocab asks to add EOS but has no EOS token");
   return Status::Ok();
@@ -91,10 +91,7 @@ Tokenizer::Tokenizer(const Vocab& vocab)
                    [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
   is_eog_.assign(n, 0);
   if (eos_ >= 0) is_eog_[eos_] = 1;
-  for (std::string_view text : kEogTexts) {
-    const int32_t id = TokenId(text);
-    if (id != kNoToken && types_[id] == TokenType::kControl) is_eog_[id] = 1;
-  }
+  for (int32_t id : vocab.eog_ids) is_eog_[id] = 1;
 }
 
 TokenType Tokenizer::Type(int32_t id) const { return types_[id]; }

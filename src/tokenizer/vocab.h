@@ -29,6 +29,8 @@ struct Vocab {
   int32_t eos = -1;
   int32_t unk = -1;
   int32_t pad = -1;
+  std::vector<int32_t> eog_ids;      // ids that end a turn (eos, eot, eom and the end-of-turn tokens
+                                     // llama.cpp recognises by text); eos is implied when empty
   bool add_bos = true;               // prepend BOS when encoding a prompt
   bool add_eos = false;
   bool add_space_prefix = true;      // SPM: prepend U+2581 to the text (the dummy prefix)
