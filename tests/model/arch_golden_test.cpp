@@ -1,0 +1,99 @@
+// Every architecture against llama.cpp: make-model regenerates each tiny f32 model from its seed
+// (its sha256 must equal the recorded one), and mnemo's logits must match the logits llama.cpp
+// computed on the same file (tests/data/arch_logits, see PROVENANCE.md there).
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "format/make_model.h"
+#include "model/prompt_logits.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo {
+namespace {
+
+using testing::ArgMax;
+using testing::SharedPath;
+
+std::string Sha256File(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned i = 0; i < n; i++) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+// rms(got - ref) / rms(ref - mean(ref)).
+double RelRms(const std::vector<float>& got, const std::vector<float>& ref) {
+  double mean = 0;
+  for (float r : ref) mean += r;
+  mean /= double(ref.size());
+  double d = 0, s = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    d += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    s += (ref[i] - mean) * (ref[i] - mean);
+  }
+  return std::sqrt(d / s);
+}
+
+class ArchGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchGolden, LogitsMatchLlamaCpp) {
+  const std::string arch = GetParam();
+  std::ifstream in(std::string(MNEMO_SOURCE_DIR) + "/tests/data/arch_logits/" + arch + ".json");
+  ASSERT_TRUE(in.good()) << arch;
+  const nlohmann::json ref = nlohmann::json::parse(in);
+
+  MakeModelOptions o;
+  o.arch = arch;
+  o.preset = ref["preset"];
+  o.dtype = DType::F32;
+  o.seed = ref["seed"];
+  o.vocab_path = SharedPath(ref["vocab"]);
+  o.output_path = std::string(MNEMO_BINARY_DIR) + "/arch_golden_" + arch + "." + std::to_string(getpid()) + ".gguf";
+  Status st = MakeModel(o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  const std::string sha = Sha256File(o.output_path);
+  ASSERT_EQ(sha, ref["sha256"].get<std::string>())
+      << "make-model no longer writes the bytes the llama.cpp reference was computed on: re-record "
+         "tests/data/arch_logits (PROVENANCE.md) if the change is intended";
+
+  auto file = ModelFile::Open(o.output_path);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  EXPECT_EQ(ArchName(file->config().arch), arch == "llama3" ? std::string("llama") : arch);
+  auto tok = Tokenizer::Create(file->vocab());
+  ASSERT_TRUE(tok.ok());
+  for (auto [precision, bound] : {std::pair{kernels::Precision::kF32, 1e-3}, std::pair{kernels::Precision::kBF16, 0.03}}) {
+    auto model = Model::Create(*file, ModelOptions{precision});
+    ASSERT_TRUE(model.ok()) << model.error().message;
+    const DType kv = precision == kernels::Precision::kF32 ? DType::F32 : DType::BF16;
+    for (const auto& c : ref["cases"]) {
+      const std::vector<int32_t> ids = (*tok)->Encode(c["prompt"].get<std::string>(), true);
+      ASSERT_EQ(ids, c["token_ids"].get<std::vector<int32_t>>()) << arch;
+      const std::vector<float> want = c["logits"].get<std::vector<float>>();
+      auto got = PromptLogits(**model, ids, false, kv);
+      ASSERT_TRUE(got.ok()) << got.error().message;
+      ASSERT_EQ(got->size(), want.size());
+      const double rel = RelRms(*got, want);
+      EXPECT_LE(rel, bound) << arch << " precision " << int(precision) << " prompt of " << ids.size() << " tokens";
+      EXPECT_EQ(ArgMax(got->data(), int(got->size())), ArgMax(want.data(), int(want.size()))) << arch;
+    }
+  }
+  std::remove(o.output_path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchGolden, ::testing::Values("llama", "llama3", "qwen2", "qwen3", "phi3"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace mnemo
