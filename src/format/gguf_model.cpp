@@ -197,7 +197,7 @@ Status ReadRopeScaling(const gguf::GgufFile& f, TensorReader& tr, const std::str
     return MakeError("RoPE scaling '%s' is not supported (none, linear, longrope)", type.c_str());
   }
   float factor = 0;
-  for (const std::string key : {a + "rope.scaling.factor", a + "rope.scale_linear"}) {
+  for (const std::string& key : {a + "rope.scaling.factor", a + "rope.scale_linear"}) {
     if (!f.Has(key)) continue;
     auto v = f.GetF32Or(key, 0.f);
     if (!v) return v.error();

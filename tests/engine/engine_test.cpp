@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "../model/test_util.h"
+#include "exactness_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::testing {
@@ -36,10 +37,6 @@ Fixture& F() {
 }
 
 // Greedy continuation of `context` computed from scratch: tokens and the first token's logits.
-struct Reference {
-  std::vector<int32_t> tokens;
-  std::vector<float> first_logits;
-};
 Reference FromScratch(const std::vector<int32_t>& context, int max_tokens) {
   Model& m = *F().reference;
   const int vocab = m.config().vocab_size;
@@ -77,33 +74,10 @@ EngineConfig Config(int t0_blocks, int t1_blocks, int t2_blocks, const std::stri
   return c;
 }
 
-TurnRequest Greedy(SessionId s, std::vector<int32_t> append, int max_tokens) {
-  TurnRequest r;
-  r.session = s;
-  r.append = std::move(append);
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  r.capture_logits = true;
-  return r;
-}
-
 std::vector<int32_t> RandomTokens(Rng& rng, int n) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(3 + rng.Next() % 509);
   return t;
-}
-
-void ExpectMatches(const TurnResult& got, const Reference& want, const std::string& what) {
-  ASSERT_EQ(got.finish_reason, FinishReason::kLength) << what << " " << got.error.message;
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  ASSERT_EQ(got.first_logits.size(), want.first_logits.size()) << what;
-  double d = 0;
-  for (size_t i = 0; i < want.first_logits.size(); i++) {
-    if (std::isinf(got.first_logits[i])) continue;  // masked end-of-generation ids
-    d = std::max(d, double(std::fabs(got.first_logits[i] - want.first_logits[i])));
-  }
-  EXPECT_LE(d, 1e-4) << what;
 }
 
 // Runs `users` conversations of `turns` turns concurrently (all users' turn k submitted together)
