@@ -36,6 +36,7 @@
 #include "base/cpu.h"
 #include "base/dtype.h"
 #include "base/rng.h"
+#include "bench_convkv_eval.h"
 #include "commands.h"
 #include "context/embedding.h"
 #include "context/layout.h"
@@ -65,6 +66,14 @@ struct ConvkvFlags {
   bool verbose = false;                  // print each conversation and its selections on stderr
   bool json = false;
   RuntimeFlags runtime;
+  // --eval: a labelled evaluation set served through the service instead (bench_convkv_eval.h).
+  std::string eval;
+  int limit = 0;
+  std::vector<std::string> modes{"exact", "reuse"};
+  std::vector<std::string> methods{"3-factor", "relevance", "recency", "recent-only", "random"};
+  std::string relevance = "keyword";
+  int answer_tokens = 12;
+  int keep_last = 2;
 };
 
 // ---- Conversation content -------------------------------------------------------------------
@@ -531,7 +540,41 @@ void RegisterBenchConvkv(CLI::App* bench) {
   AddRuntimeFlags(cmd, &f->runtime);
   cmd->get_option("--threads")->capture_default_str();
   cmd->get_option("--precision")->capture_default_str();
+  cmd->add_option("--eval", f->eval,
+                  "JSONL evaluation set (turns, fact_turn, answer; e.g. ../shared/models/recall/eval.jsonl): "
+                  "answer accuracy through the serving path instead of agreement on generated conversations")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--limit", f->limit, "--eval: first N conversations (0 = all)")->capture_default_str();
+  cmd->add_option("--modes", f->modes, "--eval: context modes (exact, reuse)")->capture_default_str();
+  cmd->add_option("--methods", f->methods, "--eval: 3-factor, relevance, recency, recent-only, random")
+      ->check(CLI::IsMember({"3-factor", "relevance", "recency", "recent-only", "random"}))->capture_default_str();
+  cmd->add_option("--relevance", f->relevance, "--eval: relevance factor: keyword, embedding, centred, whitened")
+      ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened"}))->capture_default_str();
+  cmd->add_option("--answer-tokens", f->answer_tokens, "--eval: tokens generated per answer")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--keep-last", f->keep_last, "--eval: newest turns always kept (context_keep_last)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->callback([f] {
+    if (!f->eval.empty()) {
+      ConvkvEvalConfig c;
+      c.model = f->model;
+      c.eval = f->eval;
+      c.limit = f->limit;
+      c.budgets = f->budgets;
+      c.modes = f->modes;
+      c.methods = f->methods;
+      c.preset = f->weights;
+      c.relevance = f->relevance;
+      c.seed = f->seed;
+      c.max_tokens = f->answer_tokens;
+      c.keep_last = f->keep_last;
+      c.verbose = f->verbose;
+      c.json = f->json;
+      c.runtime = f->runtime;
+      int rc = RunConvkvEval(c);
+      if (rc != 0) throw CLI::RuntimeError(rc);
+      return;
+    }
     int rc = RunConvkv(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <unordered_map>
 
 namespace mnemo::context {
 namespace {
@@ -20,6 +21,59 @@ constexpr std::array<Preset, 4> kPresets = {{
 }};
 constexpr std::array<std::string_view, 4> kPresetNames = {"default", "factual", "sequential",
                                                           "analytical"};
+constexpr std::pair<RelevanceKind, std::string_view> kRelevanceNames[] = {
+    {RelevanceKind::kKeyword, "keyword"},
+    {RelevanceKind::kEmbedding, "embedding"},
+    {RelevanceKind::kCentred, "centred"},
+    {RelevanceKind::kWhitened, "whitened"},
+};
+
+// Distinct folded ids of a histogram's tokens, ascending.
+std::vector<int32_t> FoldedSet(std::span<const TokenCount> histogram, std::span<const int32_t> fold) {
+  std::vector<int32_t> out;
+  out.reserve(histogram.size());
+  for (const TokenCount& c : histogram) {
+    const bool mapped = c.token >= 0 && static_cast<size_t>(c.token) < fold.size();
+    out.push_back(mapped ? fold[c.token] : c.token);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Keyword relevance of every turn (formula in scoring.h). turn_sets: [T] folded distinct tokens of
+// each turn; query_set: the query's.
+std::vector<double> KeywordRelevance(const std::vector<std::vector<int32_t>>& turn_sets,
+                                     const std::vector<int32_t>& query_set) {
+  const int n_turns = static_cast<int>(turn_sets.size());
+  std::unordered_map<int32_t, int> df;  // query token -> history turns containing it
+  for (int32_t t : query_set) df[t] = 0;
+  for (const auto& set : turn_sets) {
+    for (int32_t t : set) {
+      auto it = df.find(t);
+      if (it != df.end()) ++it->second;
+    }
+  }
+  std::unordered_map<int32_t, double> w;  // query token -> weight
+  double total = 0;
+  for (const auto& [t, d] : df) {
+    if (d == 0) continue;
+    const double wt = std::log((n_turns + 1.0) / (d + 1.0));
+    w[t] = wt;
+    total += wt;
+  }
+  std::vector<double> rel(n_turns, 0.0);
+  if (total <= 0) return rel;
+  for (int i = 0; i < n_turns; ++i) {
+    double sum = 0;
+    for (int32_t t : turn_sets[i]) {
+      auto it = w.find(t);
+      if (it != w.end()) sum += it->second;
+    }
+    rel[i] = std::clamp(sum / total, 0.0, 1.0);
+  }
+  return rel;
+}
 
 }  // namespace
 
@@ -50,6 +104,21 @@ Result<ScoreWeights> WeightPreset(std::string_view name) {
 }
 
 std::span<const std::string_view> WeightPresetNames() { return kPresetNames; }
+
+std::string_view RelevanceKindName(RelevanceKind k) {
+  for (const auto& [kind, name] : kRelevanceNames) {
+    if (kind == k) return name;
+  }
+  return "unknown";
+}
+
+Result<RelevanceKind> ParseRelevanceKind(std::string_view name) {
+  for (const auto& [kind, n] : kRelevanceNames) {
+    if (n == name) return kind;
+  }
+  return MakeError("context: unknown relevance '%.*s' (keyword, embedding, centred, whitened)",
+                   static_cast<int>(name.size()), name.data());
+}
 
 Status ScoringOptions::Validate() const {
   MNEMO_TRY(ValidateWeights(weights));
@@ -162,12 +231,58 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
   // Sweeping now would not invalidate `features`: every entry they point at was just used.
   c.Sweep();
 
-  std::vector<float> q;  // [dim]
-  if (!query.empty()) {
-    q = embedder.Embed(query);
-    if (static_cast<int>(q.size()) != embedder.dim()) {
+  // Relevance of each turn to the query (formulas in scoring.h).
+  std::vector<double> relevance(n_turns, 0.0);  // [T]
+  if (!query.empty() && options.relevance == RelevanceKind::kKeyword) {
+    std::vector<std::vector<int32_t>> sets(n_turns);
+    for (int i = 0; i < n_turns; ++i) sets[i] = FoldedSet(features[i]->histogram, options.fold);
+    relevance = KeywordRelevance(sets, FoldedSet(TokenHistogram(query), options.fold));
+  } else if (!query.empty()) {
+    std::vector<float> q = embedder.Embed(query);  // [dim]
+    const int dim = embedder.dim();
+    if (static_cast<int>(q.size()) != dim) {
       return MakeError("context: embedder returned %zu values for the query, expected dim %d",
-                       q.size(), embedder.dim());
+                       q.size(), dim);
+    }
+    std::vector<std::vector<float>> e(n_turns);  // [T][dim] (empty for empty turns)
+    for (int i = 0; i < n_turns; ++i) {
+      if (features[i]->n_tokens > 0) e[i] = features[i]->embedding;
+    }
+    if (options.relevance != RelevanceKind::kEmbedding) {
+      // Centre on the mean of the non-empty turns; whitened also divides by the per-dimension
+      // standard deviation (a dimension with none carries no information and is zeroed).
+      std::vector<double> mean(dim, 0.0), var(dim, 0.0);  // [dim]
+      int n = 0;
+      for (const auto& v : e) {
+        if (v.empty()) continue;
+        ++n;
+        for (int d = 0; d < dim; ++d) mean[d] += v[d];
+      }
+      if (n > 0) {
+        for (double& m : mean) m /= n;
+        for (const auto& v : e) {
+          if (v.empty()) continue;
+          for (int d = 0; d < dim; ++d) var[d] += (v[d] - mean[d]) * (v[d] - mean[d]);
+        }
+        const bool whiten = options.relevance == RelevanceKind::kWhitened;
+        auto transform = [&](std::vector<float>& v) {
+          for (int d = 0; d < dim; ++d) {
+            const double sd = std::sqrt(var[d] / n);
+            double x = v[d] - mean[d];
+            if (whiten) x = sd > 1e-12 ? x / sd : 0.0;
+            v[d] = static_cast<float>(x);
+          }
+        };
+        for (auto& v : e) {
+          if (!v.empty()) transform(v);
+        }
+        transform(q);
+      }
+    }
+    for (int i = 0; i < n_turns; ++i) {
+      if (e[i].empty()) continue;
+      const double cos = CosineSimilarity(e[i], q);
+      relevance[i] = std::isfinite(cos) ? std::max(0.0, cos) : 0.0;
     }
   }
 
@@ -183,10 +298,7 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
     const TurnFeatures& f = *features[i];
     TurnScore& s = scores[i];
     s.recency = RecencyScore(n_turns - i, options.recency_tau);
-    if (!q.empty() && f.n_tokens > 0) {
-      const double cos = CosineSimilarity(f.embedding, q);
-      s.relevance = std::isfinite(cos) ? std::max(0.0, cos) : 0.0;
-    }
+    s.relevance = f.n_tokens > 0 ? relevance[i] : 0.0;
     s.diversity = f.diversity;
     if (f.histogram.empty()) {
       s.novelty = 0;

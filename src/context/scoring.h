@@ -8,10 +8,22 @@
 //   recency(i)     = exp(-(d - 1) / tau),  d = T - i the turn distance (the newest turn has d = 1
 //                    and recency 1); tau (turns, default 8) sets the decay: a turn 8 exchanges
 //                    older than the newest weighs 1/e.
-//   relevance(i)   = max(0, cos(e_i, e_q)): cosine similarity between the turn's embedding and the
+//   relevance(i)   one of (ScoringOptions::relevance; 0 when the turn or the query is empty):
+//     keyword        (default) IDF-weighted overlap of the query's distinct tokens with the turn's:
+//                    sum_{t in q and turn i} w(t) / sum_{t in q, df(t) >= 1} w(t),
+//                    w(t) = ln((T + 1) / (df(t) + 1)), df(t) = history turns containing t.
+//                    Tokens are first mapped through ScoringOptions::fold (e.g. to their lower-case
+//                    form) when given. A token every turn has weighs 0; a query token no turn has is
+//                    left out (it cannot tell turns apart). 0 when no query token occurs.
+//     embedding      max(0, cos(e_i, e_q)): cosine similarity between the turn's embedding and the
 //                    new user message's (Embedder, see embedding.h). Negative similarity is clamped
-//                    to 0: for selection "opposite" is no more useful than "unrelated". 0 when
-//                    either side is empty.
+//                    to 0: for selection "opposite" is no more useful than "unrelated".
+//     centred        max(0, cos(e_i - m, e_q - m)), m = mean embedding of the non-empty turns:
+//                    removes the direction all turns share (raw cosines cluster at 0.77-0.91).
+//     whitened       as centred, each dimension also divided by its standard deviation over the
+//                    non-empty turns (diagonal whitening; dimensions with std 0 are dropped).
+//                    Measured on the recall model (docs/benchmarks-convkv.md): keyword keeps the
+//                    turn that answers the question far more often than the embedding variants.
 //   information(i) = (1 - s) * diversity(i) + s * novelty(i),   s = novelty_share (default 0.5)
 //     diversity(i) = H_i / ln(n_i): the entropy of the turn's token distribution (natural log, over
 //                    its distinct tokens with p = count / n_i) normalized by its maximum for n_i
@@ -54,8 +66,16 @@ Status ValidateWeights(const ScoreWeights& w);
 Result<ScoreWeights> WeightPreset(std::string_view name);
 std::span<const std::string_view> WeightPresetNames();
 
+enum class RelevanceKind { kKeyword, kEmbedding, kCentred, kWhitened };
+// "keyword", "embedding", "centred", "whitened"; unknown name -> Error.
+std::string_view RelevanceKindName(RelevanceKind k);
+Result<RelevanceKind> ParseRelevanceKind(std::string_view name);
+
 struct ScoringOptions {
   ScoreWeights weights;        // must pass ValidateWeights
+  RelevanceKind relevance = RelevanceKind::kKeyword;  // how relevance is computed (above)
+  std::span<const int32_t> fold;  // keyword only: [vocab] token -> the id it counts as (e.g. its
+                                  // lower-case form); ids outside it map to themselves. Not owned.
   double recency_tau = 8.0;    // turns; finite, > 0
   double novelty_share = 0.5;  // s in information = (1 - s) * diversity + s * novelty; in [0, 1]
 

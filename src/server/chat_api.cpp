@@ -74,7 +74,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                                              "frequency_penalty", "seed", "user", "top_k", "min_p", "repetition_penalty",
                                              "ignore_eos", "min_tokens", "metadata", "store", "logprobs",
                                              "parallel_tool_calls", "service_tier", "context_budget", "context_mode",
-                                             "context_preset"})) {
+                                             "context_preset", "context_relevance", "context_keep_last", "include"})) {
     return http::SendError(res, *e);
   }
   if (body.contains("logprobs") && body["logprobs"] == true) {

@@ -3,6 +3,7 @@
 // to the first gap is reused, the rest recomputed) or compose a session from the cached KV of the
 // kept turns, re-rotated to their new positions (reuse mode).
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <unordered_set>
 
@@ -49,6 +50,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   const std::vector<ChatMessage>& msgs = spec.messages;
   if (msgs.size() < 2 || msgs.back().role != "user") return report;  // nothing to choose from
   const size_t n_hist = msgs.size() - 1;
+  const auto t_start = std::chrono::steady_clock::now();
 
   // Turns: 0 = the leading system messages (maybe none), then a user message with what follows it.
   std::vector<size_t> starts{0};  // first message of each turn
@@ -88,8 +90,14 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   // Score (3 factors) and select under the budget.
   auto weights = context::WeightPreset(spec.context.preset);
   if (!weights.ok()) return Invalid(weights.error().message, "context_preset");
+  auto relevance = context::ParseRelevanceKind(spec.context.relevance);
+  if (!relevance.ok()) return Invalid(relevance.error().message, "context_relevance");
+  auto method = context::ParseSelectionMethod(spec.context.method);
+  if (!method.ok()) return Invalid(method.error().message, "context_method");
   context::ScoringOptions opts;
   opts.weights = *weights;
+  opts.relevance = *relevance;
+  opts.fold = fold_;
   // The conversation's scoring state: found again by its first user turn.
   const context::TurnSpan& anchor = turns.size() > 1 ? turns[1] : turns[0];
   const std::string key = spec.owner + '\n' +
@@ -114,10 +122,20 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   std::vector<int32_t> query = tok_.Encode(msgs.back().content, false);
   auto scores = context::ScoreTurns(hist, turns, query, embedder, opts, &state->cache);
   if (!scores.ok()) return ApiError{500, "server_error", scores.error().message, "", ""};
+  report.scoring_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
+  report.method = spec.context.method;
+  report.relevance = spec.context.relevance;
+  report.n_turns = static_cast<int>(turns.size());
+  if (spec.context.scores) {
+    report.has_scores = true;
+    report.scores = *scores;
+  }
   auto budget_tokens = context::ResolveBudget(budget, static_cast<int>(hist.size()));
   if (!budget_tokens.ok()) return Invalid(budget_tokens.error().message, "context_budget");
   context::SelectionOptions so;
   so.keep_last = spec.context.keep_last;
+  so.method = *method;
+  so.seed = spec.context.seed;
   auto sel = context::SelectTurns(turns, *scores, *budget_tokens, so);
   if (!sel.ok()) return Invalid(sel.error().message, "context_budget");
   report.applied = true;

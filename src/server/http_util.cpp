@@ -1,5 +1,6 @@
 #include "server/http_util.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -169,12 +170,44 @@ std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx) {
   if (ctx->mode != "reuse" && ctx->mode != "exact") {
     return BadRequest("'context_mode' must be 'reuse' or 'exact'", "context_mode", "invalid_value");
   }
+  if (auto it = body.find("context_relevance"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) return BadRequest("'context_relevance' must be a string", "context_relevance", "invalid_type");
+    if (!context::ParseRelevanceKind(it->get<std::string>()).ok()) {
+      return BadRequest("'context_relevance' must be 'keyword', 'embedding', 'centred' or 'whitened'",
+                        "context_relevance", "invalid_value");
+    }
+    ctx->relevance = it->get<std::string>();
+  }
+  std::optional<int64_t> keep;
+  if (auto e = Integer(body, "context_keep_last", 0, 1000000, &keep)) return e;
+  if (keep) ctx->keep_last = static_cast<int>(*keep);
+  if (auto it = body.find("include"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return BadRequest("'include' must be an array of strings", "include", "invalid_type");
+    for (const Json& v : *it) {
+      if (!v.is_string()) return BadRequest("'include' must be an array of strings", "include", "invalid_type");
+      if (v.get<std::string>() == "mnemo_context.scores") ctx->scores = true;
+    }
+  }
   return std::nullopt;
 }
 
 Json ContextJson(const ContextReport& r) {
-  return {{"kept_turns", r.kept_turns}, {"dropped_turns", r.dropped_turns}, {"kept_tokens", r.kept_tokens},
-          {"dropped_tokens", r.dropped_tokens}, {"mode", r.mode}};
+  Json j = {{"kept_turns", r.kept_turns}, {"dropped_turns", r.dropped_turns}, {"kept_tokens", r.kept_tokens},
+            {"dropped_tokens", r.dropped_tokens}, {"mode", r.mode}};
+  if (r.has_scores) {
+    Json scores = Json::array();
+    for (size_t t = 0; t < r.scores.size(); t++) {
+      const context::TurnScore& s = r.scores[t];
+      const bool kept = std::find(r.kept_turns.begin(), r.kept_turns.end(), static_cast<int>(t)) != r.kept_turns.end();
+      scores.push_back({{"turn", t}, {"kept", kept}, {"total", s.total}, {"recency", s.recency},
+                        {"relevance", s.relevance}, {"information", s.information}});
+    }
+    j["scores"] = std::move(scores);
+    j["method"] = r.method;
+    j["relevance"] = r.relevance;
+    j["scoring_ms"] = r.scoring_ms;
+  }
+  return j;
 }
 
 std::string SseData(const Json& j) {

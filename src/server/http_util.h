@@ -34,7 +34,11 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
                                         TurnRequest* req);
 
 // Selective-context members: context_budget (a token count >= 1 or a share < 1), context_mode
-// ("reuse" or "exact"), context_preset (scoring weights).
+// ("reuse" or "exact"), context_preset (scoring weights), context_relevance ("keyword",
+// "embedding", "centred", "whitened"), context_keep_last (newest turns always kept), and
+// include: an array of strings; "mnemo_context.scores" asks for every turn's score in
+// mnemo_context (other values are accepted and ignored, as OpenAI's include values name outputs
+// mnemo does not produce).
 std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx);
 // The `mnemo_context` extension member of a response.
 Json ContextJson(const ContextReport& r);

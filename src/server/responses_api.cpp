@@ -147,7 +147,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
                                              "presence_penalty", "frequency_penalty", "repetition_penalty",
                                              "ignore_eos", "min_tokens", "parallel_tool_calls", "tool_choice",
                                              "tools", "text", "reasoning", "service_tier", "context_budget",
-                                             "context_mode", "context_preset"})) {
+                                             "context_mode", "context_preset", "context_relevance",
+                                             "context_keep_last", "include"})) {
     return http::SendError(res, *e);
   }
   if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty()) {

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <cctype>
 #include <tuple>
 
 #include "base/log.h"
@@ -26,6 +27,14 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
                                                  Store* store, const ServiceConfig& config) {
   std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
   s->control_texts_ = ControlTexts(tokenizer);
+  // Keyword relevance counts "My" and "my" as one word: each token maps to its lower-case twin.
+  s->fold_.resize(tokenizer.n_vocab());
+  for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
+    std::string lower = tokenizer.TokenText(id);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const int32_t twin = lower == tokenizer.TokenText(id) ? -1 : tokenizer.TokenId(lower);
+    s->fold_[id] = twin >= 0 ? twin : id;
+  }
   if (store) {
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();

@@ -25,6 +25,7 @@
 
 #include "base/status.h"
 #include "chat/chat_template.h"
+#include "context/scoring.h"
 #include "server/api_error.h"
 #include "engine/engine.h"
 #include "store/store.h"
@@ -46,6 +47,12 @@ struct ContextRequest {
   std::string mode = "reuse";      // "reuse" (cached KV of kept turns, re-rotated) or "exact"
   std::string preset = "default";  // scoring weights: default, factual, sequential, analytical
   int keep_last = 2;               // newest turns always kept
+  std::string method = "score";    // ranking (context::ParseSelectionMethod): score (3-factor),
+                                   // relevance, recency, recent-only, random
+  std::string relevance = "keyword";  // relevance factor (context::ParseRelevanceKind): keyword,
+                                      // embedding, centred, whitened
+  uint64_t seed = 0;               // method "random" only
+  bool scores = false;             // report every turn's score (include "mnemo_context.scores")
 };
 
 // What the model saw, reported back as `mnemo_context`.
@@ -54,6 +61,11 @@ struct ContextReport {
   std::vector<int> kept_turns, dropped_turns;  // turn indices (0 = system prompt)
   int64_t kept_tokens = 0, dropped_tokens = 0;
   std::string mode;
+  bool has_scores = false;   // ContextRequest::scores: `scores` below is filled
+  std::vector<context::TurnScore> scores;  // [turns] per turn, turn order (0 = system prompt)
+  std::string method, relevance;           // how the turns were ranked
+  double scoring_ms = 0;                   // time spent scoring the turns (segmentation included)
+  int n_turns = 0;                         // turns of the history (kept + dropped)
 };
 
 struct TurnSpec {
@@ -179,6 +191,7 @@ class Service {
   std::unordered_map<std::string, std::shared_ptr<ContextState>> context_;
 
   std::vector<std::string> control_texts_;  // where tokenization restarts (turn_append.h)
+  std::vector<int32_t> fold_;  // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
 
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id

@@ -16,8 +16,16 @@ using testing::Conversation;
 using testing::EmbeddingTable;
 using testing::RandomTokens;
 
-ScoringOptions Weights(double a, double b, double c) {
+// These tests check the embedding relevance (cosine of IdfEmbedder outputs); the keyword relevance
+// has its own tests below.
+ScoringOptions EmbeddingRelevance() {
   ScoringOptions o;
+  o.relevance = RelevanceKind::kEmbedding;
+  return o;
+}
+
+ScoringOptions Weights(double a, double b, double c) {
+  ScoringOptions o = EmbeddingRelevance();
   o.weights = {a, b, c};
   return o;
 }
@@ -93,7 +101,7 @@ TEST(ContextScore, RecencyComponentOfAHistoryFollowsTurnOrder) {
   Rng rng(5);
   Conversation c;
   for (int i = 0; i < 12; ++i) c.Add(RandomTokens(rng, 10, 0, 100));
-  auto s = ScoreTurns(c.log, c.turns, RandomTokens(rng, 5, 0, 100), emb, ScoringOptions{});
+  auto s = ScoreTurns(c.log, c.turns, RandomTokens(rng, 5, 0, 100), emb, EmbeddingRelevance());
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_DOUBLE_EQ(s->back().recency, 1.0);
   for (size_t i = 1; i < s->size(); ++i) EXPECT_GT((*s)[i].recency, (*s)[i - 1].recency);
@@ -110,7 +118,7 @@ TEST(ContextScore, RelevanceIsOneForAnIdenticalTurnAndLowestForAnOrthogonalOne) 
   c.Add({10, 11, 30, 31});  // half shared
   c.Add({10, 11, 12, 32});  // mostly shared
   const std::vector<int32_t> query = {10, 11, 12, 13};
-  auto s = ScoreTurns(c.log, c.turns, query, emb, ScoringOptions{});
+  auto s = ScoreTurns(c.log, c.turns, query, emb, EmbeddingRelevance());
   ASSERT_TRUE(s.ok());
   EXPECT_NEAR((*s)[1].relevance, 1.0, 1e-6);
   EXPECT_EQ((*s)[2].relevance, 0.0);
@@ -124,7 +132,7 @@ TEST(ContextScore, RelevanceIsOneForAnIdenticalTurnAndLowestForAnOrthogonalOne) 
   // The same with random (dense) rows: identical -> 1, disjoint tokens -> the lowest.
   EmbeddingTable dense(40, 64, 7);
   IdfEmbedder emb2(dense.Lookup(), 64);
-  auto s2 = ScoreTurns(c.log, c.turns, query, emb2, ScoringOptions{});
+  auto s2 = ScoreTurns(c.log, c.turns, query, emb2, EmbeddingRelevance());
   ASSERT_TRUE(s2.ok());
   EXPECT_NEAR((*s2)[1].relevance, 1.0, 1e-6);
   EXPECT_LT((*s2)[2].relevance, (*s2)[3].relevance);
@@ -132,7 +140,7 @@ TEST(ContextScore, RelevanceIsOneForAnIdenticalTurnAndLowestForAnOrthogonalOne) 
   EXPECT_LT((*s2)[4].relevance, (*s2)[1].relevance);
 
   // No query: relevance 0 everywhere.
-  auto s3 = ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{});
+  auto s3 = ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance());
   ASSERT_TRUE(s3.ok());
   for (const TurnScore& t : *s3) EXPECT_EQ(t.relevance, 0.0);
 }
@@ -146,7 +154,7 @@ TEST(ContextScore, InformationRanksARepetitiveTurnBelowADiverseNovelOne) {
   c.Add({50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50});   // repetitive
   c.Add({100, 101, 102, 103, 104, 105, 106, 107, 108});  // diverse and novel
   c.Add({5, 6, 7, 8, 9, 1, 2, 3});                       // diverse but all seen before
-  auto s = ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{});
+  auto s = ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance());
   ASSERT_TRUE(s.ok());
   const TurnScore& rep = (*s)[2];
   const TurnScore& novel = (*s)[3];
@@ -164,7 +172,7 @@ TEST(ContextScore, InformationRanksARepetitiveTurnBelowADiverseNovelOne) {
   // A token every turn holds has novelty 0.
   Conversation all;
   for (int i = 0; i < 4; ++i) all.Add({7, 7});
-  auto s2 = ScoreTurns(all.log, all.turns, {}, emb, ScoringOptions{});
+  auto s2 = ScoreTurns(all.log, all.turns, {}, emb, EmbeddingRelevance());
   ASSERT_TRUE(s2.ok());
   for (const TurnScore& t : *s2) EXPECT_EQ(t.novelty, 0.0);
 }
@@ -221,14 +229,14 @@ TEST(ContextScore, RejectsBadInput) {
   c.Add({3});
   EXPECT_FALSE(ScoreTurns(c.log, c.turns, {}, emb, Weights(0.5, 0.5, 0.5)).ok());
   std::vector<int32_t> short_log(c.log.begin(), c.log.end() - 1);
-  EXPECT_FALSE(ScoreTurns(short_log, c.turns, {}, emb, ScoringOptions{}).ok());
-  EXPECT_FALSE(ScoreTurns(c.log, {}, {}, emb, ScoringOptions{}).ok());
+  EXPECT_FALSE(ScoreTurns(short_log, c.turns, {}, emb, EmbeddingRelevance()).ok());
+  EXPECT_FALSE(ScoreTurns(c.log, {}, {}, emb, EmbeddingRelevance()).ok());
 
   struct BadEmbedder : Embedder {
     std::vector<float> Embed(std::span<const int32_t>) override { return {1, 2}; }
     int dim() const override { return 3; }
   } bad;
-  auto r = ScoreTurns(c.log, c.turns, {}, bad, ScoringOptions{});
+  auto r = ScoreTurns(c.log, c.turns, {}, bad, EmbeddingRelevance());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("dim"), std::string::npos);
 }
@@ -251,7 +259,7 @@ TEST(ContextTurnCache, EmbedsEachTurnOnceAcrossRounds) {
     c.Add(RandomTokens(rng, 15 + round, 0, 500));  // the previous query + reply became a turn
     const std::vector<int32_t> query = RandomTokens(rng, 6, 0, 500);
     const int64_t before = table.calls();
-    auto s = ScoreTurns(c.log, c.turns, query, emb, ScoringOptions{}, &cache);
+    auto s = ScoreTurns(c.log, c.turns, query, emb, EmbeddingRelevance(), &cache);
     ASSERT_TRUE(s.ok());
     // Round 0 embeds both turns; later rounds only the new turn. Plus the query each round.
     int want = Distinct(c.log, c.turns.back()) + static_cast<int>(TokenHistogram(query).size());
@@ -261,7 +269,7 @@ TEST(ContextTurnCache, EmbedsEachTurnOnceAcrossRounds) {
     EXPECT_EQ(cache.stats().embeds, expected_calls);
     EXPECT_EQ(cache.size(), c.turns.size());
     // Cached scores equal uncached ones.
-    auto fresh = ScoreTurns(c.log, c.turns, query, emb, ScoringOptions{});
+    auto fresh = ScoreTurns(c.log, c.turns, query, emb, EmbeddingRelevance());
     ASSERT_TRUE(fresh.ok());
     for (size_t i = 0; i < s->size(); ++i) EXPECT_EQ((*s)[i].total, (*fresh)[i].total);
   }
@@ -278,12 +286,12 @@ TEST(ContextTurnCache, RecomputesOnChangedContentSpanOrEmbedderStampAndSweeps) {
   c.Add({1, 2, 3});
   c.Add({4, 5, 6, 7});
   c.Add({8, 9});
-  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{}, &cache).ok());
+  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance(), &cache).ok());
   EXPECT_EQ(cache.stats().embeds, 3);
 
   // Same spans, one token changed in turn 1: only turn 1 is recomputed; its old entry is swept.
   c.log[5] = 42;
-  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{}, &cache).ok());
+  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance(), &cache).ok());
   EXPECT_EQ(cache.stats().embeds, 4);
   EXPECT_EQ(cache.stats().swept, 1);
   EXPECT_EQ(cache.size(), 3u);
@@ -294,17 +302,87 @@ TEST(ContextTurnCache, RecomputesOnChangedContentSpanOrEmbedderStampAndSweeps) {
   }
   stats.Publish();
   const int64_t calls = table.calls();
-  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{}, &cache).ok());
+  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance(), &cache).ok());
   EXPECT_EQ(cache.stats().embeds, 7);
   EXPECT_EQ(table.calls() - calls, 3 + 4 + 2);
-  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, ScoringOptions{}, &cache).ok());
+  ASSERT_TRUE(ScoreTurns(c.log, c.turns, {}, emb, EmbeddingRelevance(), &cache).ok());
   EXPECT_EQ(cache.stats().embeds, 7);  // stable stamp: all hits
 
   // Turns re-segmented (2 and 3 merged): a new span is a new key; the old ones go.
   std::vector<TurnSpan> merged = {c.turns[0], {c.turns[1].begin, c.turns[2].end, false}};
-  ASSERT_TRUE(ScoreTurns(c.log, merged, {}, emb, ScoringOptions{}, &cache).ok());
+  ASSERT_TRUE(ScoreTurns(c.log, merged, {}, emb, EmbeddingRelevance(), &cache).ok());
   EXPECT_EQ(cache.stats().embeds, 8);
   EXPECT_EQ(cache.size(), 2u);
+}
+
+
+// Keyword relevance, by hand: 4 turns; query tokens 1 (in every turn: weight ln(5/5) = 0), 3 (in
+// turns 1 and 3: ln(5/3)), 4 (turn 1 only: ln(5/2)) and 7 (in no turn: left out).
+TEST(ContextScore, KeywordRelevanceIsTheIdfWeightedShareOfTheQuerysWords) {
+  EmbeddingTable table(16, 4, 3);
+  IdfEmbedder emb(table.Lookup(), 4);
+  Conversation c;
+  c.Add({1, 2});
+  c.Add({1, 3, 4, 4});
+  c.Add({1, 5});
+  c.Add({1, 3, 6});
+  ScoringOptions o;
+  ASSERT_EQ(o.relevance, RelevanceKind::kKeyword);  // the default
+  const std::vector<int32_t> query = {3, 4, 7, 1, 3};
+  auto s = ScoreTurns(c.log, c.turns, query, emb, o);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const double w3 = std::log(5.0 / 3.0), w4 = std::log(5.0 / 2.0);
+  EXPECT_NEAR((*s)[0].relevance, 0.0, 1e-12);
+  EXPECT_NEAR((*s)[1].relevance, 1.0, 1e-12);
+  EXPECT_NEAR((*s)[2].relevance, 0.0, 1e-12);
+  EXPECT_NEAR((*s)[3].relevance, w3 / (w3 + w4), 1e-12);
+
+  // fold: token 8 counts as 3 (e.g. "My" as "my"), so a query of 8 finds turns 1 and 3 equally.
+  std::vector<int32_t> fold(16);
+  for (int i = 0; i < 16; ++i) fold[i] = i;
+  fold[8] = 3;
+  o.fold = fold;
+  auto f = ScoreTurns(c.log, c.turns, std::vector<int32_t>{8}, emb, o);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NEAR((*f)[1].relevance, 1.0, 1e-12);
+  EXPECT_NEAR((*f)[3].relevance, 1.0, 1e-12);
+  EXPECT_NEAR((*f)[0].relevance, 0.0, 1e-12);
+  o.fold = {};
+  auto unfolded = ScoreTurns(c.log, c.turns, std::vector<int32_t>{8}, emb, o);
+  ASSERT_TRUE(unfolded.ok());
+  for (const TurnScore& t : *unfolded) EXPECT_EQ(t.relevance, 0.0);  // 8 occurs nowhere
+}
+
+// Centring removes what all turns share: with a common offset added to every embedding row, raw
+// cosines all approach 1, centred ones still single out the turn equal to the query.
+TEST(ContextScore, CentredAndWhitenedRelevanceIgnoreTheSharedDirection) {
+  const int vocab = 32, dim = 32;
+  EmbeddingTable one_hot = EmbeddingTable::OneHot(vocab);
+  auto lookup = [&](int32_t t, float* out) {
+    one_hot.Lookup()(t, out);
+    out[0] += 20.0f;  // a direction every token shares
+  };
+  IdfEmbedder emb(lookup, dim);
+  Conversation c;
+  c.Add({1, 2});
+  c.Add({3, 4});
+  c.Add({5, 6});
+  c.Add({7, 8});
+  const std::vector<int32_t> query = {5, 6};
+  ScoringOptions o;
+  o.relevance = RelevanceKind::kEmbedding;
+  auto raw = ScoreTurns(c.log, c.turns, query, emb, o);
+  ASSERT_TRUE(raw.ok());
+  for (const TurnScore& t : *raw) EXPECT_GT(t.relevance, 0.99);
+  for (RelevanceKind k : {RelevanceKind::kCentred, RelevanceKind::kWhitened}) {
+    o.relevance = k;
+    auto s = ScoreTurns(c.log, c.turns, query, emb, o);
+    ASSERT_TRUE(s.ok());
+    EXPECT_GT((*s)[2].relevance, 0.9) << RelevanceKindName(k);
+    for (int i : {0, 1, 3}) EXPECT_LT((*s)[i].relevance, 0.1) << RelevanceKindName(k) << " turn " << i;
+  }
+  EXPECT_EQ(*ParseRelevanceKind("whitened"), RelevanceKind::kWhitened);
+  EXPECT_FALSE(ParseRelevanceKind("bm25").ok());
 }
 
 }  // namespace

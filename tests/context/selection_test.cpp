@@ -358,6 +358,7 @@ TEST(ContextSelection, ScoreAndRelevanceKeepTheTurnsTheQuestionIsAbout) {
   auto count_topic0 = [&](SelectionMethod m, const char* preset) {
     ScoringOptions so;
     so.weights = *WeightPreset(preset);
+    so.relevance = RelevanceKind::kEmbedding;  // the relevance this test was written for
     auto scores = ScoreTurns(c.log, c.turns, query, emb, so);
     EXPECT_TRUE(scores.ok());
     for (size_t i = 1; i < c.turns.size(); ++i) {  // topic-A turns are the most relevant
