@@ -270,6 +270,7 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
       }
       const auto& kept = o->context.kept_turns;
       const bool fact_kept = !o->context.applied || std::find(kept.begin(), kept.end(), fact_ctx_turn) != kept.end();
+      if (c.verbose) std::fprintf(stderr, "      fact %s\n", fact_kept ? "kept" : "dropped");
       row.n++, row.correct += o->correct, row.fact_kept += fact_kept, row.correct_fact_kept += o->correct && fact_kept;
       row.prefill += o->computed / n_full;
       row.selected += o->prompt_tokens / n_full;

@@ -28,14 +28,31 @@ constexpr std::pair<RelevanceKind, std::string_view> kRelevanceNames[] = {
     {RelevanceKind::kWhitened, "whitened"},
 };
 
-// Distinct folded ids of a histogram's tokens, ascending.
-std::vector<int32_t> FoldedSet(std::span<const TokenCount> histogram, std::span<const int32_t> fold) {
-  std::vector<int32_t> out;
-  out.reserve(histogram.size());
-  for (const TokenCount& c : histogram) {
-    const bool mapped = c.token >= 0 && static_cast<size_t>(c.token) < fold.size();
-    out.push_back(mapped ? fold[c.token] : c.token);
+// Distinct words of `tokens`, as hashes of their folded token ids, ascending (scoring.h: keyword).
+std::vector<int64_t> WordSet(std::span<const int32_t> tokens, const ScoringOptions& o) {
+  auto folded = [&](int32_t t) {
+    return t >= 0 && static_cast<size_t>(t) < o.fold.size() ? o.fold[t] : t;
+  };
+  auto kind = [&](int32_t t) -> int {
+    if (o.word_kind.empty()) return 1;
+    return t >= 0 && static_cast<size_t>(t) < o.word_kind.size() ? o.word_kind[t] : 1;
+  };
+  std::vector<int64_t> out;
+  std::vector<int32_t> word;  // folded ids of the word being read
+  auto flush = [&] {
+    if (!word.empty()) out.push_back(static_cast<int64_t>(HashTokens(word)));
+    word.clear();
+  };
+  for (int32_t t : tokens) {
+    const int k = kind(t);
+    if (k < 0) {
+      flush();
+      continue;
+    }
+    if (k > 0) flush();
+    word.push_back(folded(t));
   }
+  flush();
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -43,18 +60,18 @@ std::vector<int32_t> FoldedSet(std::span<const TokenCount> histogram, std::span<
 
 // Keyword relevance of every turn (formula in scoring.h). turn_sets: [T] folded distinct tokens of
 // each turn; query_set: the query's.
-std::vector<double> KeywordRelevance(const std::vector<std::vector<int32_t>>& turn_sets,
-                                     const std::vector<int32_t>& query_set) {
+std::vector<double> KeywordRelevance(const std::vector<std::vector<int64_t>>& turn_sets,
+                                     const std::vector<int64_t>& query_set) {
   const int n_turns = static_cast<int>(turn_sets.size());
-  std::unordered_map<int32_t, int> df;  // query token -> history turns containing it
-  for (int32_t t : query_set) df[t] = 0;
+  std::unordered_map<int64_t, int> df;  // query word -> history turns containing it
+  for (int64_t t : query_set) df[t] = 0;
   for (const auto& set : turn_sets) {
-    for (int32_t t : set) {
+    for (int64_t t : set) {
       auto it = df.find(t);
       if (it != df.end()) ++it->second;
     }
   }
-  std::unordered_map<int32_t, double> w;  // query token -> weight
+  std::unordered_map<int64_t, double> w;  // query word -> weight
   double total = 0;
   for (const auto& [t, d] : df) {
     if (d == 0) continue;
@@ -66,7 +83,7 @@ std::vector<double> KeywordRelevance(const std::vector<std::vector<int32_t>>& tu
   if (total <= 0) return rel;
   for (int i = 0; i < n_turns; ++i) {
     double sum = 0;
-    for (int32_t t : turn_sets[i]) {
+    for (int64_t t : turn_sets[i]) {
       auto it = w.find(t);
       if (it != w.end()) sum += it->second;
     }
@@ -234,9 +251,9 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
   // Relevance of each turn to the query (formulas in scoring.h).
   std::vector<double> relevance(n_turns, 0.0);  // [T]
   if (!query.empty() && options.relevance == RelevanceKind::kKeyword) {
-    std::vector<std::vector<int32_t>> sets(n_turns);
-    for (int i = 0; i < n_turns; ++i) sets[i] = FoldedSet(features[i]->histogram, options.fold);
-    relevance = KeywordRelevance(sets, FoldedSet(TokenHistogram(query), options.fold));
+    std::vector<std::vector<int64_t>> sets(n_turns);  // [T] distinct words of each turn
+    for (int i = 0; i < n_turns; ++i) sets[i] = WordSet(log.subspan(turns[i].begin, turns[i].size()), options);
+    relevance = KeywordRelevance(sets, WordSet(query, options));
   } else if (!query.empty()) {
     std::vector<float> q = embedder.Embed(query);  // [dim]
     const int dim = embedder.dim();

@@ -9,12 +9,15 @@
 //                    and recency 1); tau (turns, default 8) sets the decay: a turn 8 exchanges
 //                    older than the newest weighs 1/e.
 //   relevance(i)   one of (ScoringOptions::relevance; 0 when the turn or the query is empty):
-//     keyword        (default) IDF-weighted overlap of the query's distinct tokens with the turn's:
+//     keyword        (default) IDF-weighted overlap of the query's distinct words with the turn's:
 //                    sum_{t in q and turn i} w(t) / sum_{t in q, df(t) >= 1} w(t),
-//                    w(t) = ln((T + 1) / (df(t) + 1)), df(t) = history turns containing t.
-//                    Tokens are first mapped through ScoringOptions::fold (e.g. to their lower-case
-//                    form) when given. A token every turn has weighs 0; a query token no turn has is
-//                    left out (it cannot tell turns apart). 0 when no query token occurs.
+//                    w(t) = ln((T + 1) / (df(t) + 1)), df(t) = history turns containing word t.
+//                    A word is a run of tokens (ScoringOptions::word_kind: small vocabularies split
+//                    "cat" into "_c" "at", and "at" alone would match "What"), each token first
+//                    mapped through ScoringOptions::fold (e.g. to its lower-case form); without
+//                    word_kind every token is a word. A word every turn has weighs 0; a query word
+//                    no turn has is left out (it cannot tell turns apart). 0 when no query word
+//                    occurs.
 //     embedding      max(0, cos(e_i, e_q)): cosine similarity between the turn's embedding and the
 //                    new user message's (Embedder, see embedding.h). Negative similarity is clamped
 //                    to 0: for selection "opposite" is no more useful than "unrelated".
@@ -76,6 +79,11 @@ struct ScoringOptions {
   RelevanceKind relevance = RelevanceKind::kKeyword;  // how relevance is computed (above)
   std::span<const int32_t> fold;  // keyword only: [vocab] token -> the id it counts as (e.g. its
                                   // lower-case form); ids outside it map to themselves. Not owned.
+  std::span<const int8_t> word_kind;  // keyword only: [vocab] 1 = the token starts a word (its
+                                      // text begins with a space marker), 0 = it continues the
+                                      // current word, -1 = it is in no word (punctuation, control
+                                      // tokens). Ids outside it: 1. Empty: every token is a word.
+                                      // Not owned.
   double recency_tau = 8.0;    // turns; finite, > 0
   double novelty_share = 0.5;  // s in information = (1 - s) * diversity + s * novelty; in [0, 1]
 

@@ -98,6 +98,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   opts.weights = *weights;
   opts.relevance = *relevance;
   opts.fold = fold_;
+  opts.word_kind = word_kind_;
   // The conversation's scoring state: found again by its first user turn.
   const context::TurnSpan& anchor = turns.size() > 1 ? turns[1] : turns[0];
   const std::string key = spec.owner + '\n' +

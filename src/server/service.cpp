@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <tuple>
 
 #include "base/log.h"
@@ -34,6 +35,32 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const int32_t twin = lower == tokenizer.TokenText(id) ? -1 : tokenizer.TokenId(lower);
     s->fold_[id] = twin >= 0 ? twin : id;
+  }
+  // Words for keyword relevance: a token whose text begins with a space marker (SPM U+2581, GPT-2
+  // U+0120, or a space) starts one; punctuation and control tokens belong to none.
+  s->word_kind_.resize(tokenizer.n_vocab());
+  for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
+    const std::string& text = tokenizer.TokenText(id);
+    std::string_view rest = text;
+    bool starts = false;
+    for (std::string_view marker : {std::string_view("\xe2\x96\x81"), std::string_view("\xc4\xa0"), std::string_view(" ")}) {
+      if (rest.substr(0, marker.size()) == marker) {
+        rest.remove_prefix(marker.size());
+        starts = true;
+        break;
+      }
+    }
+    bool wordy = rest.empty();  // a bare marker starts the word the next tokens spell
+    for (char c : rest) wordy = wordy || std::isalnum(static_cast<unsigned char>(c)) || (c & 0x80);
+    if (tokenizer.IsByte(id) && text.size() == 6) {  // <0xXX>: ASCII punctuation and space separate
+      const int byte = static_cast<int>(std::strtol(text.substr(3, 2).c_str(), nullptr, 16));
+      wordy = byte >= 0x80 || std::isalnum(byte);
+    }
+    if (tokenizer.IsControl(id) || !wordy) {
+      s->word_kind_[id] = -1;
+    } else {
+      s->word_kind_[id] = starts ? 1 : 0;
+    }
   }
   if (store) {
     auto max_id = store->MaxSessionId();

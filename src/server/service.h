@@ -191,7 +191,8 @@ class Service {
   std::unordered_map<std::string, std::shared_ptr<ContextState>> context_;
 
   std::vector<std::string> control_texts_;  // where tokenization restarts (turn_append.h)
-  std::vector<int32_t> fold_;  // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
+  std::vector<int32_t> fold_;      // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
+  std::vector<int8_t> word_kind_;  // [vocab] 1 starts a word, 0 continues one, -1 in none (keyword relevance)
 
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id

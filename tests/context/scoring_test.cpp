@@ -385,5 +385,32 @@ TEST(ContextScore, CentredAndWhitenedRelevanceIgnoreTheSharedDirection) {
   EXPECT_FALSE(ParseRelevanceKind("bm25").ok());
 }
 
+
+// Words: with word_kind, tokens 10 ("_c") + 11 ("at") are the word "cat" and 12 ("_wh") + 11 the
+// word "what"; a query for "cat" finds the turn with "cat", not the one that only shares "at".
+// Token 13 (".") is in no word.
+TEST(ContextScore, KeywordRelevanceComparesWordsNotPieces) {
+  EmbeddingTable table(16, 4, 3);
+  IdfEmbedder emb(table.Lookup(), 4);
+  Conversation c;
+  c.Add({1, 2});
+  c.Add({12, 11, 13});      // "what."
+  c.Add({10, 11, 13});      // "cat."
+  c.Add({1, 12, 11, 2});    // ... "what" ...
+  std::vector<int8_t> kind(16, 1);
+  kind[11] = 0;
+  kind[13] = -1;
+  ScoringOptions o;
+  const std::vector<int32_t> query = {10, 11, 13};
+  auto pieces = ScoreTurns(c.log, c.turns, query, emb, o);  // no word_kind: "at" matches "what"
+  ASSERT_TRUE(pieces.ok());
+  EXPECT_GT((*pieces)[1].relevance, 0.0);
+  o.word_kind = kind;
+  auto words = ScoreTurns(c.log, c.turns, query, emb, o);
+  ASSERT_TRUE(words.ok());
+  EXPECT_NEAR((*words)[2].relevance, 1.0, 1e-12);
+  for (int i : {0, 1, 3}) EXPECT_EQ((*words)[i].relevance, 0.0) << "turn " << i;
+}
+
 }  // namespace
 }  // namespace mnemo::context

@@ -264,6 +264,7 @@ TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
     const Json& ctx = r["mnemo_context"];
     ASSERT_TRUE(ctx.is_object()) << r.dump();
     EXPECT_EQ(ctx["mode"], mode);
+    EXPECT_FALSE(ctx.contains("scores"));  // only when asked for
     std::vector<int> kept = ctx["kept_turns"];
     EXPECT_EQ(kept.front(), 0);                                      // the system prompt
     EXPECT_TRUE(std::find(kept.begin(), kept.end(), 2) != kept.end());  // pinned
@@ -289,12 +290,48 @@ TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
   Json all = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}, {"context_budget", 100000}});
   EXPECT_TRUE(all["mnemo_context"]["dropped_turns"].empty());
   EXPECT_EQ(all["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"]);
+  // Each turn's score on request, on chat completions and on Responses (the same history as input
+  // items): one entry per turn, kept exactly for the kept turns, every factor in [0, 1].
+  auto check_scores = [](const Json& ctx) {
+    ASSERT_TRUE(ctx.contains("scores")) << ctx.dump();
+    const Json& sc = ctx["scores"];
+    std::vector<int> kept = ctx["kept_turns"];
+    ASSERT_EQ(sc.size(), kept.size() + ctx["dropped_turns"].size());
+    for (size_t t = 0; t < sc.size(); t++) {
+      EXPECT_EQ(sc[t]["turn"], t);
+      EXPECT_EQ(sc[t]["kept"].get<bool>(), std::find(kept.begin(), kept.end(), int(t)) != kept.end()) << t;
+      for (const char* k : {"total", "recency", "relevance", "information"}) {
+        EXPECT_GE(sc[t][k].get<double>(), 0.0) << k;
+        EXPECT_LE(sc[t][k].get<double>(), 1.0) << k;
+      }
+    }
+    EXPECT_EQ(ctx["relevance"], "keyword");
+    EXPECT_EQ(ctx["method"], "score");
+  };
+  const Json include = Json::array({"mnemo_context.scores"});
+  Json scored = ChatCall(c, {{"messages", msgs}, {"max_tokens", 4}, {"temperature", 0}, {"context_budget", 0.5},
+                             {"include", include}});
+  check_scores(scored["mnemo_context"]);
+  Json items = msgs;
+  for (Json& m : items) m.erase("pinned");
+  auto resp = c.Post("/v1/responses", Json{{"input", items}, {"max_output_tokens", 4}, {"temperature", 0},
+                                           {"context_budget", 0.5}, {"include", include}, {"store", false}}.dump());
+  ASSERT_TRUE(resp && resp->status == 200) << (resp ? resp->body : "no response");
+  check_scores(Json::parse(resp->body)["mnemo_context"]);
+  for (const Json& bad_field : {Json{{"context_relevance", "bm25"}}, Json{{"include", "mnemo_context.scores"}},
+                                Json{{"context_keep_last", -1}}}) {
+    Json body = {{"messages", msgs}, {"context_budget", 0.5}};
+    body.update(bad_field);
+    auto b = c.Post("/v1/chat/completions", body.dump());
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->status, 400) << bad_field.dump();
+  }
   auto bad = c.Post("/v1/chat/completions", Json{{"messages", msgs}, {"context_mode", "lossy"}}.dump());
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   auto m = c.c.Get("/metrics");
   ASSERT_TRUE(m);
-  EXPECT_NE(m->body.find("mnemo_context_selections_total 3"), std::string::npos);
+  EXPECT_NE(m->body.find("mnemo_context_selections_total 5"), std::string::npos) << m->body;
 }
 
 }  // namespace
