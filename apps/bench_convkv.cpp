@@ -45,6 +45,7 @@
 #include "context/turns.h"
 #include "runtime.h"
 #include "sampling/sampler.h"
+#include "server/service.h"
 
 namespace mnemo::app {
 namespace {
@@ -442,6 +443,14 @@ int RunConvkv(ConvkvFlags& f) {
     return 1;
   }
   scoring.weights = *preset;
+  // Relevance as the service computes it (--relevance; the results in docs/benchmarks-convkv.md's
+  // story section were measured with the seed's embedding relevance).
+  scoring.relevance = *context::ParseRelevanceKind(f.relevance);  // checked by the flag
+  std::vector<int32_t> fold;     // [vocab]
+  std::vector<int8_t> word_kind;  // [vocab]
+  KeywordTables(*rt->tokenizer, &fold, &word_kind);
+  scoring.fold = fold;
+  scoring.word_kind = word_kind;
   std::vector<RowSum> rows;
   rows.push_back({"full", 1.0});
   for (double b : f.budgets) {
@@ -548,7 +557,7 @@ void RegisterBenchConvkv(CLI::App* bench) {
   cmd->add_option("--modes", f->modes, "--eval: context modes (exact, reuse)")->capture_default_str();
   cmd->add_option("--methods", f->methods, "--eval: 3-factor, relevance, recency, recent-only, random")
       ->check(CLI::IsMember({"3-factor", "relevance", "recency", "recent-only", "random"}))->capture_default_str();
-  cmd->add_option("--relevance", f->relevance, "--eval: relevance factor: keyword, embedding, centred, whitened")
+  cmd->add_option("--relevance", f->relevance, "relevance factor: keyword, embedding, centred, whitened")
       ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened"}))->capture_default_str();
   cmd->add_option("--answer-tokens", f->answer_tokens, "--eval: tokens generated per answer")
       ->check(CLI::PositiveNumber)->capture_default_str();

@@ -24,21 +24,18 @@ ApiError Invalid(std::string msg, std::string param = "") {
 
 }  // namespace
 
-Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
-                                                 Store* store, const ServiceConfig& config) {
-  std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
-  s->control_texts_ = ControlTexts(tokenizer);
+void KeywordTables(const Tokenizer& tokenizer, std::vector<int32_t>* fold, std::vector<int8_t>* word_kind) {
   // Keyword relevance counts "My" and "my" as one word: each token maps to its lower-case twin.
-  s->fold_.resize(tokenizer.n_vocab());
+  (*fold).resize(tokenizer.n_vocab());
   for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
     std::string lower = tokenizer.TokenText(id);
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     const int32_t twin = lower == tokenizer.TokenText(id) ? -1 : tokenizer.TokenId(lower);
-    s->fold_[id] = twin >= 0 ? twin : id;
+    (*fold)[id] = twin >= 0 ? twin : id;
   }
   // Words for keyword relevance: a token whose text begins with a space marker (SPM U+2581, GPT-2
   // U+0120, or a space) starts one; punctuation and control tokens belong to none.
-  s->word_kind_.resize(tokenizer.n_vocab());
+  (*word_kind).resize(tokenizer.n_vocab());
   for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
     const std::string& text = tokenizer.TokenText(id);
     std::string_view rest = text;
@@ -57,11 +54,18 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       wordy = byte >= 0x80 || std::isalnum(byte);
     }
     if (tokenizer.IsControl(id) || !wordy) {
-      s->word_kind_[id] = -1;
+      (*word_kind)[id] = -1;
     } else {
-      s->word_kind_[id] = starts ? 1 : 0;
+      (*word_kind)[id] = starts ? 1 : 0;
     }
   }
+}
+
+Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                                                 Store* store, const ServiceConfig& config) {
+  std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
+  s->control_texts_ = ControlTexts(tokenizer);
+  KeywordTables(tokenizer, &s->fold_, &s->word_kind_);
   if (store) {
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();

@@ -97,6 +97,12 @@ struct ServiceConfig {
   ContextRequest default_context;  // applied when a request names no budget
 };
 
+// The tables keyword relevance needs (context::ScoringOptions::fold and word_kind) for a
+// tokenizer: each token's lower-case twin (or itself), and whether it starts a word (its text
+// begins with a space marker: SPM U+2581, GPT-2 U+0120, or a space), continues one, or is in none
+// (punctuation, ASCII punctuation bytes, control tokens). O(vocab).
+void KeywordTables(const Tokenizer& tokenizer, std::vector<int32_t>* fold, std::vector<int8_t>* word_kind);
+
 class Service {
  public:
   // store may be null (nothing persisted). Loads the stored sessions into the engine.

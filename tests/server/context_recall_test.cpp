@@ -151,5 +151,25 @@ TEST(ContextRecall, HalfTheHistoryAnswersAsTheWholeDoesInExactAndReuseMode) {
   }
 }
 
+
+// The word tables on the recall model's 512-piece SPM vocabulary: "cat" is two pieces, one word.
+TEST(ContextRecall, KeywordTablesRebuildWordsFromPieces) {
+  const Tokenizer& tok = *F().tok;
+  std::vector<int32_t> fold;
+  std::vector<int8_t> kind;
+  KeywordTables(tok, &fold, &kind);
+  ASSERT_EQ(fold.size(), static_cast<size_t>(tok.n_vocab()));
+  const std::string sp = "\xe2\x96\x81";  // U+2581
+  const int32_t upper = tok.TokenId(sp + "M"), lower = tok.TokenId(sp + "m");
+  ASSERT_GE(upper, 0);
+  ASSERT_GE(lower, 0);
+  EXPECT_EQ(fold[upper], lower);
+  EXPECT_EQ(fold[lower], lower);
+  EXPECT_EQ(kind[tok.TokenId(sp + "c")], 1);
+  EXPECT_EQ(kind[tok.TokenId("at")], 0);
+  EXPECT_EQ(kind[tok.TokenId("?")], -1);
+  EXPECT_EQ(kind[tok.bos()], -1);
+}
+
 }  // namespace
 }  // namespace mnemo::testing
