@@ -166,6 +166,7 @@ void RegisterBench(CLI::App& app) {
   RegisterBenchMultiturn(bench);
   RegisterBenchConvkv(bench);
   RegisterBenchServe(bench);
+  RegisterBenchCache(bench);
 }
 
 }  // namespace mnemo::app

@@ -47,6 +47,7 @@ void RegisterBench(CLI::App& app);
 void RegisterBenchMultiturn(CLI::App* bench);
 void RegisterBenchConvkv(CLI::App* bench);
 void RegisterBenchServe(CLI::App* bench);
+void RegisterBenchCache(CLI::App* bench);
 void RegisterChat(CLI::App& app);
 void RegisterServe(CLI::App& app);
 

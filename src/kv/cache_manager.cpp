@@ -45,7 +45,7 @@ int32_t CacheManager::used_blocks(Tier t) const {
   return a.capacity() - a.num_free();
 }
 
-int32_t CacheManager::NewRec(int begin) {
+int32_t CacheManager::NewRec(int begin, SessionId owner) {
   int32_t id;
   if (!free_recs_.empty()) {
     id = free_recs_.back();
@@ -57,32 +57,69 @@ int32_t CacheManager::NewRec(int begin) {
   }
   recs_[id].begin = begin;
   recs_[id].refs = 1;
+  recs_[id].owners.assign(1, owner);
   return id;
 }
 
-void CacheManager::FreeData(ChunkRec& c) {
+void CacheManager::FreeData(int32_t id) {
+  ChunkRec& c = recs_[id];
   if (c.tier != Tier::kNone) pool(c.tier).Free(c.block);
   c.tier = Tier::kNone;
   c.block = -1;
+  Sync(id);
 }
 
 void CacheManager::MaybeRecycle(int32_t id) {
   ChunkRec& c = recs_[id];
+  Sync(id);
   if (c.refs > 0 || c.op != 0 || c.readers > 0) return;  // still held, or a transfer in flight uses it
-  FreeData(c);
+  FreeData(id);
   free_recs_.push_back(id);
 }
 
-void CacheManager::Unref(int32_t id) {
-  MNEMO_CHECK(recs_[id].refs > 0);
-  recs_[id].refs--;
+void CacheManager::Unref(int32_t id, SessionId owner) {
+  ChunkRec& c = recs_[id];
+  MNEMO_CHECK(c.refs > 0);
+  c.refs--;
+  auto it = std::find(c.owners.begin(), c.owners.end(), owner);
+  MNEMO_CHECK(it != c.owners.end());
+  c.owners.erase(it);
   MaybeRecycle(id);
+}
+
+bool CacheManager::Evictable(const ChunkRec& c) {
+  return c.refs > 0 && c.pins == 0 && c.op == 0 && c.readers == 0 && c.tier != Tier::kNone;
+}
+
+void CacheManager::Sync(int32_t id) {
+  ChunkRec& c = recs_[id];
+  const bool pinned = c.refs > 0 && c.pins > 0;
+  if (pinned != c.pin_counted) {
+    pinned_ += pinned ? 1 : -1;
+    c.pin_counted = pinned;
+  }
+  if (!Evictable(c)) {
+    index_.Unfile(id);
+    return;
+  }
+  const int tier = static_cast<int>(c.tier);
+  const double w = Weight(c);
+  if (index_.FiledAs(id, tier, w, c.last_active)) return;
+  index_.Unfile(id);
+  index_.File(id, tier, w, c.last_active);
+}
+
+int32_t CacheManager::PickVictim(Tier t, double now) const {
+  return index_.Pick(static_cast<int>(t), now, *policy_);
 }
 
 void CacheManager::Touch(SessionRec& s, double now) {
   clock_ = std::max(clock_, now);
   s.last_active = now;
-  for (int32_t id : s.chunks) recs_[id].last_active = std::max(recs_[id].last_active, now);
+  for (int32_t id : s.chunks) {
+    recs_[id].last_active = std::max(recs_[id].last_active, now);
+    Sync(id);
+  }
 }
 
 void CacheManager::AddSession(SessionId s, double now) {
@@ -94,7 +131,7 @@ void CacheManager::RemoveSession(SessionId s) {
   auto it = sessions_.find(s);
   if (it == sessions_.end()) return;
   MNEMO_CHECK(!it->second.acquired);
-  for (int32_t id : it->second.chunks) Unref(id);
+  for (int32_t id : it->second.chunks) Unref(id, s);
   sessions_.erase(it);
 }
 
@@ -106,13 +143,14 @@ std::optional<TransferOp> CacheManager::Fork(SessionId src, SessionId dst, int n
   for (int i = 0; i < full; i++) {
     b.chunks.push_back(a.chunks[i]);
     recs_[a.chunks[i]].refs++;
+    recs_[a.chunks[i]].owners.push_back(dst);
   }
   b.kv_tokens = n_tokens;
   Touch(b, now);
   std::optional<TransferOp> copy;
   if (n_tokens % kBlockTokens) {  // the partial chunk is dst's own: a copy of src's, or recomputed
     const int32_t from = a.chunks[full];
-    const int32_t id = NewRec(full * kBlockTokens);
+    const int32_t id = NewRec(full * kBlockTokens, dst);
     recs_[id].length = n_tokens % kBlockTokens;
     recs_[id].last_active = now;
     b.chunks.push_back(id);
@@ -127,7 +165,7 @@ void CacheManager::Truncate(SessionId s, int n_tokens, double now) {
   clock_ = std::max(clock_, now);
   n_tokens = std::min(n_tokens, S.kv_tokens);
   while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= n_tokens) {
-    Unref(S.chunks.back());
+    Unref(S.chunks.back(), s);
     S.chunks.pop_back();
   }
   S.kv_tokens = n_tokens;
@@ -141,12 +179,13 @@ void CacheManager::UnshareLast(SessionId s, SessionRec& S, double now) {
   const int32_t shared = S.chunks[chunk];
   if (recs_[shared].refs <= 1) return;
   MNEMO_CHECK(recs_[shared].begin + kBlockTokens > S.kv_tokens);
-  const int32_t own = NewRec(recs_[shared].begin);
+  const int32_t own = NewRec(recs_[shared].begin, s);
   recs_[own].length = S.kv_tokens - recs_[own].begin;
   recs_[own].last_active = std::max(S.last_active, recs_[shared].last_active);
   S.chunks[chunk] = own;
   CopyChunk(shared, own, s, chunk, /*sync_ok=*/false, now);
-  Unref(shared);
+  Unref(shared, s);
+  Sync(own);
 }
 
 void CacheManager::Invalidate(SessionId s, int chunk) {
@@ -158,12 +197,12 @@ void CacheManager::Invalidate(SessionId s, int chunk) {
   // alone get a fresh record.
   if (recs_[id].pins > 0 || recs_[id].op != 0 || recs_[id].readers > 0) {
     const int begin = recs_[id].begin, length = recs_[id].length;
-    Unref(id);
-    id = NewRec(begin);
+    Unref(id, s);
+    id = NewRec(begin, s);
     recs_[id].length = length;
     return;
   }
-  FreeData(recs_[id]);
+  FreeData(id);
 }
 
 void CacheManager::RestoreLength(SessionId s, int n_tokens) {
@@ -171,7 +210,8 @@ void CacheManager::RestoreLength(SessionId s, int n_tokens) {
   MNEMO_CHECK(!S.acquired);
   S.kv_tokens = std::max(S.kv_tokens, n_tokens);
   while (static_cast<int>(S.chunks.size()) < ChunksFor(S.kv_tokens)) {
-    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
+    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens, s);
+    recs_[id].last_active = S.last_active;  // as active as its session
     S.chunks.push_back(id);
   }
   for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, S.kv_tokens - recs_[id].begin);
@@ -189,6 +229,7 @@ void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block
     c.disk_session = s;
     c.disk_chunk = chunk;
   }
+  Sync(S.chunks[chunk]);
 }
 
 std::vector<Tier> CacheManager::Residency(SessionId s) const {
@@ -230,6 +271,7 @@ uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool qu
   in_flight_[op.id] = InFlight{op, rec};
   CountOp(op);
   if (queue) queued_.push_back(op);
+  Sync(rec);
   return op.id;
 }
 
@@ -240,13 +282,9 @@ void CacheManager::NameOwner(TransferOp& op, int32_t rec) {
     op.chunk = c.disk_chunk;
     return;
   }
-  for (const auto& [sid, S] : sessions_) {
-    auto it = std::find(S.chunks.begin(), S.chunks.end(), rec);
-    if (it != S.chunks.end()) {
-      op.session = sid;
-      op.chunk = static_cast<int>(it - S.chunks.begin());
-      break;
-    }
+  if (!c.owners.empty()) {  // any owner: each holds it at the same chunk index
+    op.session = c.owners.front();
+    op.chunk = c.begin / kBlockTokens;
   }
   if (op.dst == Tier::kT2) {
     c.disk_session = op.session;
@@ -276,6 +314,7 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
   const bool sync = sync_ok && (src == Tier::kT0 || src == Tier::kT1);
   if (stable || sync) {
     recs_[from].readers++;  // not a victim while room is made
+    Sync(from);
     Tier dst = Tier::kT0;
     int32_t b = t0_.Allocate();
     if (b < 0 && EvictFromT0(1, now) > 0) b = t0_.Allocate();
@@ -288,10 +327,12 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
       b = AllocateIn(Tier::kT2, now);
     }
     recs_[from].readers--;
+    Sync(from);
     if (b >= 0 && dst == Tier::kT0 && sync) {  // the caller copies now
       stats_.cow_copies++;
       recs_[to].tier = Tier::kT0;
       recs_[to].block = b;
+      Sync(to);
       return TransferOp{0, src, recs_[from].block, Tier::kT0, b, owner, chunk};
     }
     if (b >= 0) {  // a background copy; `to` gets the block when it lands
@@ -308,6 +349,8 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
       in_flight_[op.id] = InFlight{op, to, from};
       CountOp(op);
       queued_.push_back(op);
+      Sync(from);
+      Sync(to);
       return std::nullopt;
     }
   }
@@ -315,46 +358,30 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
   return std::nullopt;
 }
 
-std::vector<int32_t> CacheManager::Victims(Tier t, double now, size_t max_n) {
-  std::vector<std::pair<std::pair<double, double>, int32_t>> cands;
-  for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
-    const ChunkRec& c = recs_[id];
-    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
-    EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1),
-                        std::max(0.0, now - c.last_active), c.last_active};
-    cands.push_back({policy_->Key(e), id});
-  }
-  size_t n = std::min(max_n, cands.size());
-  std::partial_sort(cands.begin(), cands.begin() + n, cands.end());
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < n; i++) out.push_back(cands[i].second);
-  return out;
-}
-
 int32_t CacheManager::AllocateIn(Tier t, double now) {
   BlockAllocator& a = pool(t);
   int32_t b = a.Allocate();
   if (b >= 0) return b;
-  auto v = Victims(t, now, 1);
-  if (v.empty()) return -1;
-  ChunkRec& c = recs_[v[0]];
+  const int32_t v = PickVictim(t, now);
+  if (v < 0) return -1;
   stats_.evictions[static_cast<int>(t)]++;
   if (t == Tier::kT1 && config_.t2_blocks > 0) {  // spill to disk; the T1 block frees later
     int32_t d = AllocateIn(Tier::kT2, now);
     if (d >= 0) {
-      StartOp(v[0], Tier::kT2, d, true);
+      StartOp(v, Tier::kT2, d, true);
       return -1;
     }
   }
-  FreeData(c);  // only the raw tokens remain
+  FreeData(v);  // only the raw tokens remain
   stats_.drops++;
   return a.Allocate();
 }
 
 int CacheManager::EvictFromT0(int n, double now) {
   int freed_now = 0;
-  for (int32_t id : Victims(Tier::kT0, now, n)) {
-    ChunkRec& c = recs_[id];
+  for (int i = 0; i < n; i++) {
+    const int32_t id = PickVictim(Tier::kT0, now);  // each one leaves the index (a copy, or dropped)
+    if (id < 0) break;
     stats_.evictions[0]++;
     int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
     if (b >= 0) {
@@ -366,18 +393,14 @@ int CacheManager::EvictFromT0(int n, double now) {
       StartOp(id, Tier::kT2, b, true);
       continue;
     }
-    FreeData(c);
+    FreeData(id);
     stats_.drops++;
     freed_now++;
   }
   return freed_now;
 }
 
-int CacheManager::PinnedT0Blocks() const {
-  int n = 0;
-  for (const ChunkRec& c : recs_) n += (c.refs > 0 && c.pins > 0);
-  return n;
-}
+int CacheManager::PinnedT0Blocks() const { return pinned_; }
 
 CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) const {
   Room r;
@@ -439,7 +462,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
   S.acquired = true;
   out->block_table.resize(n_chunks);
   for (int i = 0; i < n_chunks; i++) {
-    if (i >= static_cast<int>(S.chunks.size())) S.chunks.push_back(NewRec(i * kBlockTokens));
+    if (i >= static_cast<int>(S.chunks.size())) S.chunks.push_back(NewRec(i * kBlockTokens, s));
     const int32_t id = S.chunks[i];
     ChunkRec& c = recs_[id];
     c.pins++;
@@ -477,6 +500,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
         c.filling = valid > 0;
         break;
     }
+    Sync(id);
   }
   return Admission::kOk;
 }
@@ -488,11 +512,12 @@ bool CacheManager::Grow(SessionId s, int n_tokens, std::vector<int32_t>* table) 
     int32_t b = t0_.Allocate();
     if (b < 0 && EvictFromT0(1, clock_) > 0) b = t0_.Allocate();
     if (b < 0) return false;
-    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens);
+    int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens, s);
     recs_[id].tier = Tier::kT0;
     recs_[id].block = b;
     recs_[id].pins = 1;
     recs_[id].last_active = S.last_active;
+    Sync(id);
     S.chunks.push_back(id);
     table->push_back(b);
   }
@@ -503,7 +528,10 @@ void CacheManager::Release(SessionId s, int kv_tokens, double now) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(S.acquired);
   S.acquired = false;
-  for (int32_t id : S.chunks) recs_[id].pins--;
+  for (int32_t id : S.chunks) {
+    recs_[id].pins--;
+    Sync(id);
+  }
   // A chunk s was recomputing holds KV below kv_tokens only. Its other owners would take it as
   // whole, so a shared one that s did not finish (a suspension) cannot stay theirs: when nobody
   // else is recomputing it, s keeps the block and what it computed, and the others recompute.
@@ -516,23 +544,24 @@ void CacheManager::Release(SessionId s, int kv_tokens, double now) {
     } else if (recs_[id].pins == 0) {
       recs_[id].filling = false;
       if (kv_tokens > begin) {
-        const int32_t own = NewRec(begin);
+        const int32_t own = NewRec(begin, s);
         std::swap(recs_[own].tier, recs_[id].tier);
         std::swap(recs_[own].block, recs_[id].block);
         recs_[own].last_active = recs_[id].last_active;
         S.chunks[i] = own;
-        Unref(id);
+        Unref(id, s);
+        Sync(own);
       } else {
-        FreeData(recs_[id]);
+        FreeData(id);
       }
     } else if (kv_tokens > begin) {  // another owner is still recomputing it: leave it to them
-      S.chunks[i] = NewRec(begin);
-      Unref(id);
+      S.chunks[i] = NewRec(begin, s);
+      Unref(id, s);
       stats_.cow_recomputes++;
     }
   }
   while (!S.chunks.empty() && recs_[S.chunks.back()].begin >= kv_tokens) {
-    Unref(S.chunks.back());
+    Unref(S.chunks.back(), s);
     S.chunks.pop_back();
   }
   S.kv_tokens = kv_tokens;
@@ -559,7 +588,7 @@ void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
     if (b >= 0) {
       StartOp(id, Tier::kT1, b, true);
     } else {
-      FreeData(c);
+      FreeData(id);
       stats_.drops++;
     }
   }
@@ -573,12 +602,18 @@ void CacheManager::Maintain(int32_t free_target, double now) {
     SessionRec& W = w->second;
     // The waiting session's own chunks are neither victims nor counted as room being made (a
     // demotion of one of them is revived when it is admitted).
-    for (int32_t id : W.chunks) recs_[id].pins++;
+    for (int32_t id : W.chunks) {
+      recs_[id].pins++;
+      Sync(id);
+    }
     StartLoads(W, now);
     target = std::max(target, RoomFor(W, want_.n_tokens).need_blocks);
     const int short_by = target - t0_.num_free() - PendingDemotions();
     if (short_by > 0) EvictFromT0(short_by, now);
-    for (int32_t id : W.chunks) recs_[id].pins--;
+    for (int32_t id : W.chunks) {
+      recs_[id].pins--;
+      Sync(id);
+    }
   } else {
     const int short_by = target - t0_.num_free() - PendingDemotions();
     if (short_by > 0) EvictFromT0(short_by, now);
@@ -588,8 +623,10 @@ void CacheManager::Maintain(int32_t free_target, double now) {
     const int t1_target = std::max(1, config_.t1_blocks / 16);
     int spilling = 0;
     for (const auto& [id, f] : in_flight_) spilling += f.op.src == Tier::kT1 && f.op.dst == Tier::kT2;
-    for (int32_t id : Victims(Tier::kT1, now, std::max(0, t1_target - t1_.num_free() - spilling))) {
-      int32_t d = AllocateIn(Tier::kT2, now);
+    for (int n = t1_target - t1_.num_free() - spilling; n > 0; n--) {
+      const int32_t id = PickVictim(Tier::kT1, now);
+      if (id < 0) break;
+      int32_t d = AllocateIn(Tier::kT2, now);  // evicts from T2 only: id stays the T1 victim
       if (d < 0) break;
       stats_.evictions[1]++;
       StartOp(id, Tier::kT2, d, true);
@@ -642,7 +679,7 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
       // tokens cannot rebuild.
       stats_.failed_reads += op.src == Tier::kT2;
       if (op.src == Tier::kT2 || c.pins == 0) {
-        FreeData(c);
+        FreeData(id);
         stats_.drops++;
       }
     }
@@ -663,6 +700,25 @@ void CacheManager::PlanFlushToDisk() {
   }
 }
 
+std::optional<std::pair<double, double>> CacheManager::NextVictimKey(Tier t, double now) const {
+  const int32_t id = PickVictim(t, now);
+  if (id < 0) return std::nullopt;
+  const ChunkRec& c = recs_[id];
+  return std::pair<double, double>{policy_->Value(Weight(c), now - c.last_active, c.last_active), Weight(c)};
+}
+
+std::optional<std::pair<double, double>> CacheManager::ScanVictimKey(Tier t, double now) const {
+  std::optional<std::pair<double, double>> best;
+  for (const ChunkRec& c : recs_) {
+    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
+    const EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1), now - c.last_active,
+                              c.last_active};
+    const auto key = policy_->Key(e);
+    if (!best || key < *best) best = key;
+  }
+  return best;
+}
+
 bool CacheManager::CheckInvariants() const {
   // Every block of every tier is owned exactly once: by the record whose data it holds, or by the
   // transfer in flight that fills it.
@@ -678,6 +734,34 @@ bool CacheManager::CheckInvariants() const {
     if (c.tier != Tier::kNone) owners[static_cast<int>(c.tier)][c.block]++;
     if (c.refs > 1 && c.length != kBlockTokens) return false;  // only full chunks are shared
     if (c.filling && (c.pins <= 0 || c.tier != Tier::kT0)) return false;  // recomputed by an acquired owner
+  }
+  // The index files exactly the evictable records, under their current tier, weight and time
+  // (so Pick answers from the records' state); the pinned count matches.
+  size_t evictable = 0;
+  int pinned = 0;
+  for (size_t id = 0; id < recs_.size(); id++) {
+    const ChunkRec& c = recs_[id];
+    if (recycled[id]) {
+      if (index_.Filed(static_cast<int32_t>(id)) || c.pin_counted) return false;
+      continue;
+    }
+    pinned += c.refs > 0 && c.pins > 0;
+    if (c.pin_counted != (c.refs > 0 && c.pins > 0)) return false;
+    if (c.refs != static_cast<int>(c.owners.size())) return false;
+    const bool e = Evictable(c);
+    evictable += e;
+    if (e != index_.Filed(static_cast<int32_t>(id))) return false;
+    if (e && !index_.FiledAs(static_cast<int32_t>(id), static_cast<int>(c.tier), Weight(c), c.last_active)) {
+      return false;
+    }
+  }
+  if (pinned != pinned_) return false;
+  if (!index_.Check() || index_.size(0) + index_.size(1) + index_.size(2) != evictable) return false;
+  for (const auto& [sid, S] : sessions_) {
+    for (int32_t id : S.chunks) {
+      const auto& o = recs_[id].owners;
+      if (std::find(o.begin(), o.end(), sid) == o.end()) return false;
+    }
   }
   std::vector<int> readers(recs_.size(), 0);
   for (const auto& [opid, f] : in_flight_) {

@@ -12,14 +12,17 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
 #include "base/block.h"
 #include "kv/block_allocator.h"
 #include "kv/eviction.h"
+#include "kv/victim_index.h"
 
 namespace mnemo {
 
@@ -168,8 +171,15 @@ class CacheManager {
   // shutdown, so that a restart finds them. Take them with TakeTransfers.
   void PlanFlushToDisk();
 
-  // Checks internal consistency (every block owned once, counts match). For tests.
+  // Checks internal consistency (every block owned once, counts match, the victim index files
+  // exactly the evictable records under their current state). For tests.
   bool CheckInvariants() const;
+  // The policy key (Value, weight) at `now` of the chunk of tier t that is evicted next, as the
+  // victim index finds it (NextVictimKey, what eviction uses) and as a scan over every record
+  // finds it (ScanVictimKey, O(records)); nullopt when t holds no evictable chunk. For tests: the
+  // two are always equal.
+  std::optional<std::pair<double, double>> NextVictimKey(Tier t, double now) const;
+  std::optional<std::pair<double, double>> ScanVictimKey(Tier t, double now) const;
 
  private:
   struct ChunkRec {
@@ -187,6 +197,8 @@ class CacheManager {
     bool filling = false;     // acquired with no KV: an acquired owner is recomputing it (not a hit)
     SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
     int disk_chunk = -1;
+    std::vector<SessionId> owners;  // [refs] sessions holding it (as chunk begin / kBlockTokens)
+    bool pin_counted = false;       // counted in pinned_ (kept by Sync)
   };
   struct SessionRec {
     std::vector<int32_t> chunks;  // chunk record ids by chunk index
@@ -212,9 +224,17 @@ class CacheManager {
   };
 
   BlockAllocator& pool(Tier t);
-  int32_t NewRec(int begin);
-  void Unref(int32_t rec);
-  void FreeData(ChunkRec& c);
+  int32_t NewRec(int begin, SessionId owner);
+  void Unref(int32_t rec, SessionId owner);
+  void FreeData(int32_t rec);
+  // Re-files rec among eviction candidates (index_) and in the pinned count after any change to
+  // its tier, owners, pins, copies, readers or last activity. Idempotent; O(log n).
+  void Sync(int32_t rec);
+  // Evictable: held, unpinned, resident, no copy moving or reading it.
+  static bool Evictable(const ChunkRec& c);
+  double Weight(const ChunkRec& c) const { return policy_->Weight(c.begin / kBlockTokens, c.begin); }
+  // The evictable chunk of tier t that the policy evicts first at `now`; -1 if none.
+  int32_t PickVictim(Tier t, double now) const;
   // Returns the record to the free list when nothing refers to it any more (no owner, no transfer
   // moving or filling it, no copy reading it).
   void MaybeRecycle(int32_t rec);
@@ -223,8 +243,6 @@ class CacheManager {
   int EvictFromT0(int n, double now);
   // Makes one block of tier t (T1 or T2) free now if possible (dropping or spilling); -1 if not.
   int32_t AllocateIn(Tier t, double now);
-  // Unpinned chunks resident in t with no copy in flight, lowest policy key first.
-  std::vector<int32_t> Victims(Tier t, double now, size_t max_n);
   uint64_t StartOp(int32_t rec, Tier dst, int32_t dst_block, bool queue);
   // Names in op the owner (session, chunk) of rec for disk-tier headers: for a read from T2 the
   // owner its slot was written for, else any owner. For a write to T2, remembers the name.
@@ -249,7 +267,11 @@ class CacheManager {
   std::unique_ptr<EvictionPolicy> policy_;
   int32_t reserve_blocks_;
   BlockAllocator t0_, t1_, t2_;
-  std::vector<ChunkRec> recs_;
+  // [records] by id. A deque: growing it never moves the records (a vector's doubling copied
+  // ~20 MB at 262k records, a multi-millisecond stall inside one admission).
+  std::deque<ChunkRec> recs_;
+  VictimIndex index_;  // the evictable records of each tier, for PickVictim
+  int pinned_ = 0;  // held records with pins > 0 (all in T0 or landing there)
   std::vector<int32_t> free_recs_;
   std::unordered_map<SessionId, SessionRec> sessions_;
   std::unordered_map<uint64_t, InFlight> in_flight_;

@@ -31,12 +31,22 @@ struct EvictionCandidate {
   double last_active;  // time the owning session was last active (seconds, engine clock)
 };
 
+// A policy orders chunks in two parts, so that the cache can index candidates instead of scanning
+// them: Weight orders chunks idle since the same time (it must not depend on time, so that order
+// never changes while they stay idle), and Value orders any two chunks now. Value must be
+// nondecreasing in weight and nonincreasing in idle time: then the lightest chunk of the group
+// idle longest bounds every unseen group from below (see CacheManager::PickVictim).
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual const char* name() const = 0;
-  // Smaller keys are evicted first. Ties in the first element break on the second.
-  virtual std::pair<double, double> Key(const EvictionCandidate& c) const = 0;
+  virtual double Weight(int chunk_index, int begin) const = 0;
+  virtual double Value(double weight, double idle_s, double last_active) const = 0;
+  // Smaller keys are evicted first. Ties in the first element break on the second (the weight).
+  std::pair<double, double> Key(const EvictionCandidate& c) const {
+    const double w = Weight(c.chunk_index, c.begin);
+    return {Value(w, c.idle_s, c.last_active), w};
+  }
 };
 
 // Pensieve: retention value V = Cost(s, l) / T_idle, lowest first, so leading chunks (cheap to
@@ -46,7 +56,8 @@ class PensievePolicy : public EvictionPolicy {
  public:
   explicit PensievePolicy(CostModel cost) : cost_(cost) {}
   const char* name() const override { return "pensieve"; }
-  std::pair<double, double> Key(const EvictionCandidate& c) const override;
+  double Weight(int chunk_index, int begin) const override;
+  double Value(double weight, double idle_s, double last_active) const override;
 
  private:
   CostModel cost_;
@@ -57,7 +68,8 @@ class PensievePolicy : public EvictionPolicy {
 class LruPolicy : public EvictionPolicy {
  public:
   const char* name() const override { return "lru"; }
-  std::pair<double, double> Key(const EvictionCandidate& c) const override;
+  double Weight(int chunk_index, int) const override { return -double(chunk_index); }
+  double Value(double, double, double last_active) const override { return last_active; }
 };
 
 // "pensieve" or "lru".

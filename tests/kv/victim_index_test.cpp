@@ -1,0 +1,184 @@
+// The victim index against brute force: the record it picks has the smallest policy key of all,
+// for Pensieve and LRU, on its own and inside the cache manager under random operations.
+#include "kv/victim_index.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "base/block.h"
+#include "base/rng.h"
+#include "kv/cache_manager.h"
+
+namespace mnemo {
+namespace {
+
+std::unique_ptr<EvictionPolicy> Policy(const char* name) {
+  return std::move(MakeEvictionPolicy(name, CostModel{1000.0, 10.0}).value());
+}
+
+// Random files and unfiles over few weights and few distinct times (ties in both), each pick
+// checked against the minimum key over a plain copy of what is filed.
+TEST(VictimIndex, PickHasTheSmallestKeyOfAllFiledRecords) {
+  for (const char* name : {"pensieve", "lru"}) {
+    auto policy = Policy(name);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+      Rng rng(seed);
+      VictimIndex x;
+      struct Filed {
+        int tier;
+        int chunk;
+        double t;
+      };
+      std::map<int32_t, Filed> model;  // rec -> how it is filed
+      const int n_chunks = 1 + int(rng.Next() % 40);
+      for (int step = 0; step < 2000; step++) {
+        const int32_t rec = int32_t(rng.Next() % 300);
+        if (model.count(rec)) {
+          x.Unfile(rec);
+          model.erase(rec);
+        } else {
+          Filed f{int(rng.Next() % 3), int(rng.Next() % n_chunks), double(rng.Next() % 50)};
+          x.File(rec, f.tier, policy->Weight(f.chunk, f.chunk * kBlockTokens), f.t);
+          model[rec] = f;
+        }
+        const double now = 50 + double(rng.Next() % 100) * 0.5;
+        for (int tier = 0; tier < 3; tier++) {
+          std::optional<std::pair<double, double>> best;
+          for (const auto& [r, f] : model) {
+            if (f.tier != tier) continue;
+            auto key = policy->Key({f.chunk, f.chunk * kBlockTokens, kBlockTokens, now - f.t, f.t});
+            if (!best || key < *best) best = key;
+          }
+          const int32_t pick = x.Pick(tier, now, *policy);
+          ASSERT_EQ(pick >= 0, best.has_value()) << name << " seed " << seed << " step " << step;
+          if (pick < 0) continue;
+          ASSERT_TRUE(model.count(pick));
+          const Filed& f = model[pick];
+          ASSERT_EQ(f.tier, tier);
+          EXPECT_EQ(policy->Key({f.chunk, f.chunk * kBlockTokens, kBlockTokens, now - f.t, f.t}), *best)
+              << name << " seed " << seed << " step " << step;
+        }
+        ASSERT_TRUE(x.Check());
+      }
+    }
+  }
+}
+
+void Drain(CacheManager& cm, std::vector<TransferOp>* pending, Rng& rng) {
+  for (auto& op : cm.TakeTransfers()) pending->push_back(op);
+  while (!pending->empty() && rng.Next() % 3) {
+    const size_t i = rng.Next() % pending->size();
+    cm.OnTransferDone((*pending)[i].id, rng.Next() % 10 != 0);
+    pending->erase(pending->begin() + i);
+  }
+}
+
+// After every operation (turns that touch and grow, forks, truncations, invalidations, removals,
+// upkeep that evicts and spills, copies landing or failing), the next victim of every tier has
+// the minimum key over all records, now and later.
+TEST(VictimIndex, CacheManagerVictimsEqualBruteForce) {
+  int64_t compared = 0;
+  for (uint64_t seed = 1; seed <= 40; seed++) {
+    Rng rng(seed * 7919);
+    CacheConfig cfg{int32_t(8 + rng.Next() % 24), int32_t(rng.Next() % 24), int32_t(rng.Next() % 24), 0.1};
+    CacheManager cm(cfg, Policy(seed % 2 ? "pensieve" : "lru"));
+    std::vector<SessionId> live;
+    std::vector<TransferOp> pending;
+    SessionId next = 0;
+    for (; next < 5; next++) {
+      cm.AddSession(next, 0);
+      live.push_back(next);
+    }
+    double now = 0;
+    for (int step = 0; step < 300; step++) {
+      now += double(rng.Next() % 4) * 0.25;  // equal times too
+      const SessionId s = live[rng.Next() % live.size()];
+      const int have = cm.kv_tokens(s);
+      const int what = int(rng.Next() % 20);
+      if (what < 10) {  // a turn
+        const int want = have + 1 + int(rng.Next() % 90);
+        CacheManager::Acquired a;
+        const Admission r = cm.Acquire(s, want, now, &a);
+        if (r == Admission::kOk) {
+          for (const auto& op : a.swap_ins) cm.OnTransferDone(op.id, true);
+          int end = want;
+          if (rng.Next() % 3 == 0 && cm.Grow(s, want + 40, &a.block_table)) end = want + 40;
+          cm.Maintain(cfg.t0_blocks / 2, now);
+          if (rng.Next() % 5 == 0) {
+            cm.Suspend(s, end, now);
+          } else {
+            cm.Release(s, end, now);
+          }
+        } else if (r == Admission::kImpossible) {
+          cm.Truncate(s, 0, now);
+        } else if (rng.Next() % 4) {
+          cm.Maintain(rng.Next() % 2 ? 0 : cfg.t0_blocks / 4, now);
+        }
+      } else if (what < 14) {  // a fork
+        const SessionId d = next++;
+        cm.Fork(s, d, int(rng.Next() % (have + 1)), now);
+        live.push_back(d);
+        if (live.size() > 8) {
+          cm.RemoveSession(live.front());
+          live.erase(live.begin());
+        }
+      } else if (what < 17) {
+        cm.Truncate(s, int(rng.Next() % (have + 1)), now);
+      } else if (what < 19 && have > 0) {
+        cm.Invalidate(s, int(rng.Next() % ((have + kBlockTokens - 1) / kBlockTokens)));
+      } else if (live.size() > 2) {
+        cm.RemoveSession(s);
+        live.erase(std::find(live.begin(), live.end(), s));
+      }
+      Drain(cm, &pending, rng);
+      ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed << " step " << step;
+      for (Tier t : {Tier::kT0, Tier::kT1, Tier::kT2}) {
+        for (double later : {0.0, 0.5, 3.0, 1000.0}) {
+          const auto index = cm.NextVictimKey(t, now + later), scan = cm.ScanVictimKey(t, now + later);
+          ASSERT_EQ(index.has_value(), scan.has_value()) << "seed " << seed << " step " << step;
+          if (!index) continue;
+          ASSERT_EQ(*index, *scan) << "seed " << seed << " step " << step << " tier " << TierName(t);
+          compared++;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 20000);
+}
+
+// A shared (forked) chunk is priced by the idle time of its most recently active sharer: the
+// latest activity of any session while it held the chunk.
+TEST(VictimIndex, ASharedChunkIsPricedByItsMostRecentlyActiveSharer) {
+  CostModel cost{1000.0, 10.0};
+  CacheManager cm({16, 0, 0, 0.0}, std::make_unique<PensievePolicy>(cost));
+  CacheManager::Acquired a;
+  cm.AddSession(1, 0);
+  ASSERT_EQ(cm.Acquire(1, 2 * kBlockTokens, 0, &a), Admission::kOk);
+  cm.Release(1, 2 * kBlockTokens, 0);  // session 1: two full chunks, idle since 0
+  cm.AddSession(3, 1);
+  ASSERT_EQ(cm.Acquire(3, 2 * kBlockTokens, 1, &a), Admission::kOk);
+  cm.Release(3, 2 * kBlockTokens, 1);  // session 3: two full chunks, idle since 1
+  const double w0 = cost.Cost(0, kBlockTokens);
+  // Unshared, session 1's leading chunk goes first.
+  EXPECT_EQ(cm.NextVictimKey(Tier::kT0, 10), std::make_pair(w0 / 10, w0));
+  // Session 2 forks all of session 1 at 5: the shared chunks are as idle as session 2, so session
+  // 3's leading chunk (idle since 1) goes first, though session 1 has been idle longer.
+  ASSERT_FALSE(cm.Fork(1, 2, 2 * kBlockTokens, 5).has_value());
+  EXPECT_EQ(cm.NextVictimKey(Tier::kT0, 10), std::make_pair(w0 / 9, w0));
+  EXPECT_EQ(cm.ScanVictimKey(Tier::kT0, 10), cm.NextVictimKey(Tier::kT0, 10));
+  // A turn of session 1 at 7 makes it the most recent sharer.
+  ASSERT_EQ(cm.Acquire(1, 2 * kBlockTokens, 7, &a), Admission::kOk);
+  cm.Release(1, 2 * kBlockTokens, 7);
+  cm.RemoveSession(3);
+  EXPECT_EQ(cm.NextVictimKey(Tier::kT0, 10), std::make_pair(w0 / 3, w0));
+  // The sharer that leaves does not make the chunk look older than its activity while shared.
+  cm.RemoveSession(1);
+  EXPECT_EQ(cm.NextVictimKey(Tier::kT0, 10), std::make_pair(w0 / 3, w0));
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+}  // namespace
+}  // namespace mnemo
