@@ -89,6 +89,14 @@ std::vector<double> KeywordRelevance(const std::vector<std::vector<int64_t>>& tu
     }
     rel[i] = std::clamp(sum / total, 0.0, 1.0);
   }
+  // Relative to the best turn: the share alone is small when the query has several weighty words
+  // one turn cannot all hold, and the 3-factor mix then lets recency outvote the one turn that
+  // matches best (measured: docs/benchmarks-convkv.md).
+  double best = 0;
+  for (double r : rel) best = std::max(best, r);
+  if (best > 0) {
+    for (double& r : rel) r /= best;
+  }
   return rel;
 }
 

@@ -9,8 +9,9 @@
 //                    and recency 1); tau (turns, default 8) sets the decay: a turn 8 exchanges
 //                    older than the newest weighs 1/e.
 //   relevance(i)   one of (ScoringOptions::relevance; 0 when the turn or the query is empty):
-//     keyword        (default) IDF-weighted overlap of the query's distinct words with the turn's:
-//                    sum_{t in q and turn i} w(t) / sum_{t in q, df(t) >= 1} w(t),
+//     keyword        (default) IDF-weighted overlap of the query's distinct words with the turn's,
+//                    relative to the best turn's (which gets 1):
+//                    k(i) / max_j k(j),  k(i) = sum_{t in q and turn i} w(t) / sum_{t in q, df(t) >= 1} w(t),
 //                    w(t) = ln((T + 1) / (df(t) + 1)), df(t) = history turns containing word t.
 //                    A word is a run of tokens (ScoringOptions::word_kind: small vocabularies split
 //                    "cat" into "_c" "at", and "at" alone would match "What"), each token first
