@@ -107,6 +107,7 @@ double Median(std::vector<double> v) {
 }
 
 struct Row {
+  Row(std::string m, std::string md, double b) : method(std::move(m)), mode(std::move(md)), budget(b) {}
   std::string method, mode;
   double budget = 0;
   int n = 0, correct = 0, fact_kept = 0, correct_fact_kept = 0;
@@ -223,10 +224,10 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
   Evaluator ev(c, **service);
 
   std::vector<Row> rows;
-  rows.push_back({"full", "exact", 1.0});
+  rows.emplace_back("full", "exact", 1.0);
   for (double b : c.budgets) {
     for (const auto& m : c.methods) {
-      for (const auto& md : c.modes) rows.push_back({m, md, b});
+      for (const auto& md : c.modes) rows.emplace_back(m, md, b);
     }
   }
   Json dropped = Json::array();  // 3-factor at the middle budget, exact: conversations that lost the fact
