@@ -128,6 +128,9 @@ int RunBenchCache(const BenchCacheFlags& f) {
     j["acquire_cpu_us_p50"] = cpu50;
     j["acquire_cpu_us_p99"] = cpu99;
     j["load_avg_1m"] = load[0];
+    const VictimIndex& vx = cm.victim_index();
+    j["victim_picks"] = vx.picks();
+    j["fronts_visited_per_pick"] = vx.picks() ? double(vx.visits()) / double(vx.picks()) : 0.0;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("records %d (%s): admission evicting %d blocks with T1 full: p50 %.1f us, p99 %.1f us "

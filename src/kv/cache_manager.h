@@ -74,6 +74,7 @@ class CacheManager {
   const CacheConfig& config() const { return config_; }
   const EvictionPolicy& policy() const { return *policy_; }
   const CacheStats& stats() const { return stats_; }
+  const VictimIndex& victim_index() const { return index_; }
   // Blocks in use (holding a chunk or reserved by a transfer) in tier t.
   int32_t used_blocks(Tier t) const;
   int32_t capacity(Tier t) const;

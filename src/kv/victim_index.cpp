@@ -18,10 +18,10 @@ void VictimIndex::File(int32_t rec, int tier, double weight, double last_active)
       x.size++;
       return;
     }
-    x.fronts.erase({c.begin()->first, weight});
+    x.fronts.erase({c.begin()->first, weight, &c});
   }
   c.insert({last_active, rec});
-  x.fronts.insert({last_active, weight});
+  x.fronts.insert({last_active, weight, &c});
   x.size++;
 }
 
@@ -35,11 +35,11 @@ void VictimIndex::Unfile(int32_t rec) {
   const double front = c.begin()->first;
   MNEMO_CHECK(c.erase({e.last_active, rec}) == 1);
   if (c.empty()) {
-    x.fronts.erase({front, e.weight});
+    x.fronts.erase({front, e.weight, &c});
     x.classes.erase(ci);
   } else if (c.begin()->first != front) {
-    x.fronts.erase({front, e.weight});
-    x.fronts.insert({c.begin()->first, e.weight});
+    x.fronts.erase({front, e.weight, &c});
+    x.fronts.insert({c.begin()->first, e.weight, &c});
   }
   x.size--;
   e.tier = -1;
@@ -54,6 +54,7 @@ bool VictimIndex::FiledAs(int32_t rec, int tier, double weight, double last_acti
 int32_t VictimIndex::Pick(int tier, double now, const EvictionPolicy& policy) const {
   const TierIndex& x = tiers_[tier];
   if (x.classes.empty()) return -1;
+  picks_++;
   // Keys are (Value, weight), compared lexicographically; the best seen so far and its class.
   std::pair<double, double> best;
   const ByTime* best_class = nullptr;
@@ -68,14 +69,16 @@ int32_t VictimIndex::Pick(int tier, double now, const EvictionPolicy& policy) co
   auto b = x.fronts.begin();   // by front time
   // When either walk ends, it has visited every class.
   while (a != x.classes.end() && b != x.fronts.end()) {
+    const auto& [b_time, b_weight, b_class] = *b;
     if (best_class) {
-      const std::pair<double, double> bound{policy.Value(a->first, now - b->first, b->first), a->first};
+      const std::pair<double, double> bound{policy.Value(a->first, now - b_time, b_time), a->first};
       if (!(bound < best)) break;
     }
     consider(a->first, a->second.begin()->first, &a->second);
     ++a;
-    consider(b->second, b->first, &x.classes.at(b->second));
+    consider(b_weight, b_time, b_class);
     ++b;
+    visits_ += 2;
   }
   return best_class->begin()->second;
 }
@@ -96,7 +99,7 @@ bool VictimIndex::Check() const {
     size_t n = 0;
     if (x.fronts.size() != x.classes.size()) return false;
     for (const auto& [w, c] : x.classes) {
-      if (c.empty() || !x.fronts.count({c.begin()->first, w})) return false;
+      if (c.empty() || !x.fronts.count({c.begin()->first, w, &c})) return false;
       n += c.size();
     }
     if (n != x.size || n != filed[t]) return false;

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,10 @@ class VictimIndex {
   int32_t Pick(int tier, double now, const EvictionPolicy& policy) const;
   // Internal consistency (class fronts, counts, back-references). For CheckInvariants.
   bool Check() const;
+  // Searches made by Pick and the class fronts they looked at (both walks): the walk's length,
+  // for benchmarks.
+  uint64_t picks() const { return picks_; }
+  uint64_t visits() const { return visits_; }
 
  private:
   struct Entry {
@@ -58,12 +63,15 @@ class VictimIndex {
   using ByTime = std::set<std::pair<double, int32_t>>;  // {(last_active, rec)}
   struct TierIndex {
     std::map<double, ByTime> classes;          // weight -> its records, oldest first; never empty
-    std::set<std::pair<double, double>> fronts;  // {(front's last_active, weight)}, one per class
+    // {(front's last_active, weight, the class)}, one per class. The class pointer saves Pick a
+    // lookup per step (map nodes do not move); weights are unique, so it never decides the order.
+    std::set<std::tuple<double, double, const ByTime*>> fronts;
     size_t size = 0;                             // records filed
   };
 
   std::vector<Entry> entries_;  // [records] by record id, grown on demand
   TierIndex tiers_[kTiers];
+  mutable uint64_t picks_ = 0, visits_ = 0;
 };
 
 }  // namespace mnemo
