@@ -23,7 +23,9 @@ struct GenerateFlags {
 };
 
 int RunGenerate(const GenerateFlags& f) {
-  auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
+  RuntimeFlags runtime = f.runtime;
+  runtime.n_ctx = f.ctx_size;  // the context drives phi3's choice of rope factors, as in llama.cpp
+  auto rt = LoadRuntime(f.model, f.tokenizer, runtime);
   if (!rt.ok()) {
     std::fprintf(stderr, "error: %s\n", rt.error().message.c_str());
     return 1;

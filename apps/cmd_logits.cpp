@@ -61,6 +61,10 @@ void RegisterLogits(CLI::App& app) {
   cmd->add_option("--model", f->model, "model file (GGUF or llama2.c .bin)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models")->check(CLI::ExistingFile);
   cmd->add_option("--prompt", f->prompt, "prompt text")->required();
+  cmd->add_option("--ctx-size", f->runtime.n_ctx,
+                  "context positions the model is prepared for (default: the model's; phi3 picks its long "
+                  "rope factors past the original context, as llama.cpp's -c)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--all-positions", f->all_positions, "logits of every prompt position (a list of lists)");
   cmd->add_flag("--json", f->json, "one JSON object on one line");
   AddRuntimeFlags(cmd, &f->runtime);

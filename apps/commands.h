@@ -14,6 +14,9 @@ struct RuntimeFlags {
   std::string precision = "bf16";   // linear layers: f32 (exact) or bf16 (fast)
   std::string kv_dtype = "";        // KV element type: f32, f16 or bf16; default f32 for f32 precision, else bf16
   std::string log_level = "warn";   // stderr log level (serve defaults to info)
+  int n_ctx = 0;                    // positions per sequence the model is prepared for (phi3 long rope
+                                    // factors past the original context); 0 = the file's context_length.
+                                    // Set from the command's context flag (--ctx-size, --max-context).
 };
 void AddRuntimeFlags(CLI::App* cmd, RuntimeFlags* f);
 

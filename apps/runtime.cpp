@@ -129,7 +129,9 @@ void AutoSizeTiers(EngineFlags* f, double bytes_per_token, int max_context) {
 
 Result<EngineRuntime> StartEngine(const std::string& model_path, const std::string& tokenizer_path,
                                   const RuntimeFlags& runtime, const EngineFlags& flags) {
-  auto rt = LoadRuntime(model_path, tokenizer_path, runtime);
+  RuntimeFlags model_flags = runtime;
+  if (flags.max_context > 0) model_flags.n_ctx = flags.max_context;
+  auto rt = LoadRuntime(model_path, tokenizer_path, model_flags);
   if (!rt.ok()) return rt.error();
   EngineFlags engine = flags;
   const KvShape shape = rt->model->kv_shape(rt->kv_dtype);
@@ -162,6 +164,7 @@ Result<Runtime> LoadRuntime(const std::string& model_path, const std::string& to
   rt.tokenizer = std::move(tok.value());
   ModelOptions opts;
   opts.precision = flags.precision == "f32" ? kernels::Precision::kF32 : kernels::Precision::kBF16;
+  opts.n_ctx = flags.n_ctx;
   auto model = Model::Create(*rt.file, opts);
   if (!model.ok()) return model.error();
   rt.model = std::move(model.value());

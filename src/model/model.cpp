@@ -77,7 +77,8 @@ Result<std::unique_ptr<Model>> Model::Create(const ModelFile& file, const ModelO
   const ModelConfig& c = m->config_;
   const ModelWeights& w = file.weights();
   const int orig_ctx = c.rope_orig_context > 0 ? c.rope_orig_context : c.context_length;
-  const bool long_rope = !c.rope_factors_long.empty() && opts.n_ctx > orig_ctx;
+  const int n_ctx = opts.n_ctx > 0 ? opts.n_ctx : c.context_length;
+  const bool long_rope = !c.rope_factors_long.empty() && n_ctx > orig_ctx;
   m->tok_embd_ = w.tok_embd;
   m->out_norm_ = ToF32Vector(w.output_norm);
   m->output_ = kernels::Linear::Create(w.output.dtype, w.output.data, c.vocab_size, c.dim, opts.precision);

@@ -20,8 +20,10 @@ namespace mnemo {
 
 struct ModelOptions {
   kernels::Precision precision = kernels::Precision::kBF16;  // kF32 for the exact path
-  // Serving context in tokens (0: the file's rope original context). Chooses phi3-style long rope
-  // factors when it exceeds rope_orig_context, as llama.cpp does from its n_ctx.
+  // Positions per sequence the model serves (0: the file's context_length, as llama.cpp's -c 0).
+  // Chooses phi3-style long rope factors when it exceeds the rope original context, as llama.cpp
+  // does from its n_ctx_seq (which it pads up to a multiple of 256; every Phi-3 original context is
+  // one, so the choice is the same).
   int n_ctx = 0;
 };
 
