@@ -1,5 +1,7 @@
 // mnemo inspect / make-model: model file tools.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "commands.h"
 #include "format/describe.h"
@@ -29,6 +31,7 @@ void RegisterMakeModel(CLI::App& app) {
   struct Flags {
     MakeModelOptions opt;
     std::string dtype = "f16";
+    std::string chat_template_path;
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF with random weights of a realistic shape");
@@ -47,8 +50,18 @@ void RegisterMakeModel(CLI::App& app) {
   cmd->add_option("--seed", f->opt.seed, "random seed");
   cmd->add_option("--vocab", f->opt.vocab_path, "GGUF to take the tokenizer from")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", f->opt.output_path, "output GGUF")->required();
+  cmd->add_option("--chat-template", f->chat_template_path, "Jinja file written as tokenizer.chat_template "
+                  "(default: the vocab's)")->check(CLI::ExistingFile);
   cmd->callback([f] {
     ParseDType(f->dtype, &f->opt.dtype);
+    if (!f->chat_template_path.empty()) {
+      std::ifstream in(f->chat_template_path, std::ios::binary);
+      f->opt.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!in.good() && !in.eof()) {
+        std::fprintf(stderr, "error: cannot read %s\n", f->chat_template_path.c_str());
+        throw CLI::RuntimeError(1);
+      }
+    }
     Status st = MakeModel(f->opt);
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.error().message.c_str());

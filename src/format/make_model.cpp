@@ -398,8 +398,11 @@ Status MakeModel(const MakeModelOptions& opt) {
   w.AddU32("general.alignment", 32);
   AddArchMetadata(w, c);
   for (const auto& kv : vocab->metadata()) {
-    if (kv.key.substr(0, 10) == "tokenizer.") w.AddValue(std::string(kv.key), kv.value);
+    if (kv.key.substr(0, 10) != "tokenizer.") continue;
+    if (!opt.chat_template.empty() && kv.key == "tokenizer.chat_template") continue;
+    w.AddValue(std::string(kv.key), kv.value);
   }
+  if (!opt.chat_template.empty()) w.AddString("tokenizer.chat_template", opt.chat_template);
 
   std::vector<Plan> plan = TensorPlan(c);
   for (const Plan& t : plan) {

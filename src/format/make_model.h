@@ -41,6 +41,8 @@ struct MakeModelOptions {
   DType dtype = DType::F16;          // matrices; norms, biases and rope factors stay f32 as in llama.cpp's files
   uint64_t seed = 0;                 // same seed and config -> byte-identical file
   std::string vocab_path;            // GGUF whose tokenizer.* metadata is copied
+  std::string chat_template;         // tokenizer.chat_template to write instead of the vocab's (if any);
+                                     // empty: the vocab's
   std::string output_path;           // the GGUF to write (replaced atomically)
   std::string name;                  // general.name; defaults to the preset name or "custom"
   float weight_std = 0.02f;          // standard deviation of the normal matrix weights

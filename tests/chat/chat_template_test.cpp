@@ -225,6 +225,33 @@ TEST(ChatTemplate, Gemma) {
   ExpectRaises(gemma2, {{"user", "a"}, {"user", "b"}}, "Conversation roles must alternate");
 }
 
+// The four-message conversation of issue 10 (system, user, assistant, user; generation prompt) through
+// the GGUF templates of Gemma 3 and Qwen3 (the other families above).
+const std::vector<ChatMessage> kFour = {
+    {"system", "You are a helpful assistant"}, {"user", "Hello"}, {"assistant", " Hi there "}, {"user", "Who are you"}};
+
+TEST(ChatTemplate, Gemma3FoldsSystemIntoFirstUserTurn) {
+  const ChatTemplate t = Load("gemma-3-it", "<bos>", "<eos>");
+  EXPECT_EQ(t.family(), "gemma");
+  EXPECT_TRUE(t.renders_bos());
+  EXPECT_EQ(RenderOk(t, kFour),
+            "<bos><start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n"
+            "<start_of_turn>model\nHi there<end_of_turn>\n"
+            "<start_of_turn>user\nWho are you<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(RenderOk(t, std::vector<ChatMessage>(kFour.begin() + 1, kFour.end()), false),
+            "<bos><start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\nHi there<end_of_turn>\n"
+            "<start_of_turn>user\nWho are you<end_of_turn>\n");
+  ExpectRaises(t, {{"system", "s"}, {"assistant", "a"}}, "Conversation roles must alternate");
+}
+
+TEST(ChatTemplate, Qwen3SystemUserAssistantUser) {
+  const ChatTemplate t = Load("qwen3", "", "<|im_end|>");
+  EXPECT_EQ(RenderOk(t, kFour),
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+            "<|im_start|>assistant\n Hi there <|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
 TEST(ChatTemplate, Phi3) {
   const std::string expected =
       "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n"

@@ -17,10 +17,11 @@ namespace mnemo::testing {
 
 class ServerProcess {
  public:
-  // Starts the server with extra flags; waits (bounded) until it prints its address.
-  explicit ServerProcess(std::vector<std::string> extra) {
-    std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model",
-                                     std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf",
+  // Starts the server on `model` (default: stories260K) with extra flags; waits (bounded) until it
+  // prints its address (port() stays 0 if it never does).
+  explicit ServerProcess(std::vector<std::string> extra, std::string model = "") {
+    if (model.empty()) model = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+    std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model", model,
                                      "--port", "0", "--max-context", "512", "--kv-t0-mb", "16"};
     args.insert(args.end(), extra.begin(), extra.end());
     int fds[2];
