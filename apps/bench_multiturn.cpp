@@ -31,12 +31,14 @@ struct MultiturnFlags {
   float temperature = 0;
   std::vector<std::string> modes;  // e.g. off lru pensieve; empty = the one --cache/--policy give
   bool json = false;
+  bool per_turn = false;         // add every turn's record to the JSON (turn_log)
   RuntimeFlags runtime;
   EngineFlags engine;
 };
 
 struct TurnRecord {
   int conv = 0, turn = 0;
+  double submitted_s = 0;  // since the run started
   TurnResult result;
 };
 
@@ -70,6 +72,7 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   int total_turns = 0;
   for (const auto& c : convs) total_turns += static_cast<int>(c.turns.size());
 
+  const auto start = std::chrono::steady_clock::now();
   auto run_conversation = [&](const ConversationPlan& c) {
     SessionId s = e.CreateSession();
     for (int t = 0; t < static_cast<int>(c.turns.size()); t++) {
@@ -81,12 +84,13 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
       req.ignore_eos = true;  // forced output lengths, as serving benchmarks do
       req.sampling.temperature = f.temperature;
       req.sampling.seed = c.index * 1000 + t;
+      const double submitted = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       auto h = e.Submit(req);
       if (!h.ok()) {  // e.g. the conversation outgrew the context: end it
         errors++;
         break;
       }
-      TurnRecord rec{c.index, t, (*h)->Wait()};
+      TurnRecord rec{c.index, t, submitted, (*h)->Wait()};
       const bool ok = Completed(rec.result.finish_reason);
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -101,7 +105,7 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
     }
   };
 
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = start;
   std::vector<std::thread> threads;
   if (f.rate > 0) {  // open loop: conversations arrive as a Poisson process
     Rng rng(f.workload.seed ^ 0x5bd1e995);
@@ -128,8 +132,12 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   XXH3_64bits_reset(digest);
   int64_t out_tokens = 0;
   TokenSources src;
-  std::vector<double> ttft_all;
+  double recompute_ms = 0;
+  std::vector<double> ttft_all, ttft_late;  // ttft_late: turns with index >= 5 (long histories)
   std::map<int, std::vector<double>> ttft_by_turn, new_by_turn;
+  std::map<int, int64_t> recomputed_by_turn;
+  std::map<int, double> recompute_ms_by_turn;
+  nlohmann::json turn_log = nlohmann::json::array();
   for (const auto& r : records) {
     const auto& res = r.result;
     XXH3_64bits_update(digest, res.tokens.data(), res.tokens.size() * sizeof(int32_t));
@@ -142,6 +150,17 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
     ttft_all.push_back(res.ttft_seconds * 1000);
     ttft_by_turn[r.turn].push_back(res.ttft_seconds * 1000);
     new_by_turn[r.turn].push_back(static_cast<double>(res.sources.fresh));
+    if (r.turn >= 5) ttft_late.push_back(res.ttft_seconds * 1000);
+    recompute_ms += res.recompute_seconds * 1000;
+    recomputed_by_turn[r.turn] += res.sources.recomputed;
+    recompute_ms_by_turn[r.turn] += res.recompute_seconds * 1000;
+    if (f.per_turn) {
+      turn_log.push_back({{"conv", r.conv}, {"turn", r.turn}, {"submitted_s", r.submitted_s},
+                          {"context", res.prompt_tokens}, {"t0", res.sources.t0}, {"t1", res.sources.t1},
+                          {"t2", res.sources.t2}, {"recomputed", res.sources.recomputed},
+                          {"recompute_ms", res.recompute_seconds * 1000}, {"queue_ms", res.queue_seconds * 1000},
+                          {"ttft_ms", res.ttft_seconds * 1000}, {"suspensions", res.suspensions}});
+    }
   }
   char digest_hex[17];
   std::snprintf(digest_hex, sizeof digest_hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(digest)));
@@ -165,12 +184,30 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
     n_by_turn.push_back(v.size());
     new_tokens_by_turn.push_back(Percentile(new_by_turn[t], 0.5));
   }
+  j["ttft_ms_turns_5_plus"] = {{"p50", Percentile(ttft_late, 0.5)}, {"p90", Percentile(ttft_late, 0.9)},
+                               {"n", ttft_late.size()}};
   j["ttft_ms_p50_by_turn"] = by_turn;
   j["ttft_ms_p90_by_turn"] = p90_by_turn;
   j["turns_by_turn_index"] = n_by_turn;
   j["new_tokens_p50_by_turn"] = new_tokens_by_turn;
   j["tokens_by_source"] = {{"t0", src.t0}, {"t1", src.t1}, {"t2", src.t2}, {"recomputed", src.recomputed}, {"new", src.fresh}};
   j["recomputed_tokens"] = src.recomputed;
+  // Forward time spent recomputing lost KV (per turn, summed; includes KV lost to suspensions,
+  // which recomputed_tokens, counted at a turn's first admission, does not).
+  j["recompute_ms"] = recompute_ms;
+  nlohmann::json rec_tokens_by_turn = nlohmann::json::array(), rec_ms_by_turn = nlohmann::json::array();
+  for (auto& [t, v] : recomputed_by_turn) rec_tokens_by_turn.push_back(v);
+  for (auto& [t, v] : recompute_ms_by_turn) rec_ms_by_turn.push_back(v);
+  j["recomputed_tokens_by_turn"] = rec_tokens_by_turn;
+  j["recompute_ms_by_turn"] = rec_ms_by_turn;
+  // The step-time model the engine fitted (cost_fit.h) and the one the policy priced chunks with
+  // at the end (a FLOP count until calibrated, then seconds).
+  const StepCostParams& sc = st.step_cost;
+  j["cost_model"] = {{"per_token_us", sc.per_token * 1e6}, {"per_pair_ns", sc.per_pair * 1e9},
+                     {"per_step_us", sc.step * 1e6}, {"per_logits_row_us", sc.per_row * 1e6},
+                     {"attention_equals_linear_at", sc.per_pair > 0 ? sc.per_token / sc.per_pair : 0.0},
+                     {"steps_fitted", st.step_cost_samples}, {"rel_rms", st.step_cost_rel_rms},
+                     {"policy_pair_to_token_ratio", st.policy_cost.per_token_ctx / st.policy_cost.per_token}};
   j["suspensions"] = st.suspensions;
   j["evictions"] = {{"t0", st.cache.evictions[0]}, {"t1", st.cache.evictions[1]}, {"t2", st.cache.evictions[2]}, {"dropped", st.cache.drops}};
   j["bytes_swapped"] = {{"in", st.transfer.bytes_in}, {"out", st.transfer.bytes_out},
@@ -179,15 +216,17 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   j["kv_blocks"] = {{"t0", st.capacity[0]}, {"t1", st.capacity[1]}, {"t2", st.capacity[2]}, {"block_bytes", st.block_bytes}};
   j["peak_rss_mb"] = PeakRssMb();
   j["generated_digest"] = digest_hex;
+  if (f.per_turn) j["turn_log"] = turn_log;
   return j;
 }
 
 void PrintHuman(const nlohmann::json& j) {
-  std::printf("mode %-9s %6.1f out tok/s  %5.2f req/s  TTFT p50 %7.1f ms p90 %7.1f ms  recomputed %lld  digest %s\n",
+  std::printf("mode %-9s %6.1f out tok/s  %5.2f req/s  TTFT p50 %7.1f ms p90 %7.1f ms  recomputed %lld (%.1f ms)  digest %s\n",
               j["mode"].get<std::string>().c_str(), j["throughput_output_tokens_per_s"].get<double>(),
               j["throughput_requests_per_s"].get<double>(), j["ttft_ms"]["p50"].get<double>(),
               j["ttft_ms"]["p90"].get<double>(), static_cast<long long>(j["recomputed_tokens"].get<int64_t>()),
-              j["generated_digest"].get<std::string>().c_str());
+              j["recompute_ms"].get<double>(), j["generated_digest"].get<std::string>().c_str());
+  std::printf("  cost model: %s\n", j["cost_model"].dump().c_str());
   std::printf("  TTFT p50 by turn (ms):");
   for (const auto& v : j["ttft_ms_p50_by_turn"]) std::printf(" %.1f", v.get<double>());
   std::printf("\n  tokens by source: %s\n", j["tokens_by_source"].dump().c_str());
@@ -236,6 +275,7 @@ void RegisterBenchMultiturn(CLI::App* bench) {
   cmd->add_option("--temperature", f->temperature, "sampling temperature (0 = greedy)");
   cmd->add_option("--modes", f->modes, "modes to run in turn: off, lru, pensieve");
   cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->add_flag("--per-turn", f->per_turn, "with --json: every turn's record (turn_log)");
   AddRuntimeFlags(cmd, &f->runtime);
   AddEngineFlags(cmd, &f->engine);
   cmd->callback([f] {

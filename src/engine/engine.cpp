@@ -77,6 +77,16 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& to
   cost.per_token_ctx = 4.0 * mc.n_heads * mc.head_dim * mc.n_layers;
   auto policy = MakeEvictionPolicy(config.policy, cost);
   if (!policy.ok()) return policy.error();
+  // The calibration's prior: the FLOP counts above at an assumed 10 GFLOP/s, the classifier row
+  // likewise, no fixed step cost. Only b/a orders chunks, and the first few dozen prefill steps
+  // replace this guess by the machine's own figures (attention on a CPU runs well below the GEMMs'
+  // FLOP rate, so the measured b/a is larger).
+  constexpr double kAssumedFlops = 1e10;
+  e->cost_fit_ = std::make_unique<StepCostFit>(StepCostParams{
+      0, cost.per_token / kAssumedFlops, cost.per_token_ctx / kAssumedFlops,
+      2.0 * mc.dim * double(mc.vocab_size) / kAssumedFlops});
+  e->stats_.step_cost = e->cost_fit_->params();
+  e->stats_.policy_cost = cost;
   if (config.t2_mb > 0) {
     if (config.disk_dir.empty()) return MakeError("a disk tier needs a directory (--kv-disk-dir)");
     cc.t2_blocks = blocks(config.t2_mb);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/cost_fit.h"
 #include "engine/request.h"
 #include "engine/session.h"
 #include "kv/cache_manager.h"
@@ -83,6 +84,11 @@ struct EngineStats {
   double swap_in_copy_seconds = 0;     // time the transfer thread spent on swap-ins
   double swap_in_wait_seconds = 0;     // time the forward pass waited for swap-in data
   size_t block_bytes = 0;              // bytes of one KV block (all layers)
+  double recompute_seconds = 0;        // forward time spent recomputing lost KV (TurnResult::recompute_seconds)
+  StepCostParams step_cost;            // the step-time model fitted so far (the prior before any step)
+  int64_t step_cost_samples = 0;       // steps it was fitted on
+  double step_cost_rel_rms = 0;        // its relative RMS error over those steps
+  CostModel policy_cost;               // the cost model the eviction policy uses now
 };
 
 class Engine {
@@ -162,6 +168,8 @@ class Engine {
   DiskSlotId SlotId(SessionId s, int chunk) const;
   // Acquires s for n positions right now, waiting for copies between tiers; swap-ins completed.
   Result<CacheManager::Acquired> AcquireNow(SessionId s, int n);
+  // Feeds a timed step to the cost fit and, when the fitted b/a has moved, the policy.
+  void Calibrate(const StepSample& s);
 
   Model& model_;
   const Tokenizer& tok_;
@@ -184,6 +192,8 @@ class Engine {
   std::unordered_map<SessionId, std::vector<DiskTier::Entry>> disk_index_;  // disk slots by session, until restored
   EngineStats stats_;
   double last_expiry_ = 0;
+  std::unique_ptr<StepCostFit> cost_fit_;  // step timings -> Cost(s, l) (cost_fit.h)
+  bool policy_calibrated_ = false;         // the policy prices chunks with the fit (not the FLOP prior)
 
   // Shared with other threads.
   std::mutex mu_;

@@ -73,6 +73,10 @@ struct TurnResult {
   double ttft_seconds = 0;          // submit -> first generated token
   double total_seconds = 0;         // submit -> done
   int suspensions = 0;              // times the request was suspended for memory
+  double recompute_seconds = 0;     // forward-pass time spent recomputing positions whose KV was gone
+                                    // (dropped or evicted history, and KV lost to a suspension):
+                                    // each step's measured time shared among its tokens by the
+                                    // calibrated cost of their positions (engine/cost_fit.h)
   std::vector<float> first_logits;  // [vocab] when capture_logits
   int log_begin = 0;                // the session log length before this turn
   std::vector<int32_t> log_append;  // tokens this turn appended to the log (empty unless committed)

@@ -19,6 +19,7 @@ struct Engine::Running {
   std::vector<int32_t> table;     // T0 block per chunk while admitted
   std::vector<int32_t> queries;   // positions to feed before the next sample, ascending
   size_t next_query = 0;          // queries[0, next_query) are fed
+  size_t n_recompute = 0;         // queries[0, n_recompute) recompute KV that was gone
   bool tail_unfed = false;        // seq.back() was sampled and not fed yet
   uint64_t order = 0;             // admission order (suspension picks the youngest)
   std::optional<Sampler> sampler;

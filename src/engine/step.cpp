@@ -104,6 +104,7 @@ void Engine::Admit(double now) {
         recomputed++;
       }
     }
+    r.n_recompute = r.queries.size();  // ascending: the recomputed history comes first
     for (int p = kv_before; p < static_cast<int>(r.seq.size()); p++) r.queries.push_back(p);
     // Everything is cached (e.g. a regenerated reply): feed the last position again for its logits.
     if (r.queries.empty() || r.queries.back() != static_cast<int>(r.seq.size()) - 1) {
@@ -127,6 +128,31 @@ void Engine::Admit(double now) {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+}
+
+void Engine::Calibrate(const StepSample& s) {
+  cost_fit_->Add(s);
+  const StepCostParams& p = cost_fit_->params();
+  stats_.step_cost = p;
+  stats_.step_cost_samples = cost_fit_->samples();
+  stats_.step_cost_rel_rms = cost_fit_->rel_rms();
+  // The policy gets the fit once it rests on a few dozen steps, and again whenever b/a (what
+  // orders chunks) has moved by 25%: re-pricing every chunk at each step would make an index of
+  // victims re-file everything per step for differences below the timing noise.
+  constexpr int kMinSamples = 32;
+  constexpr double kMove = 1.25;
+  if (cost_fit_->samples() < kMinSamples) return;
+  const CostModel now = p.cost(), was = stats_.policy_cost;
+  const double r_now = now.per_token_ctx / now.per_token, r_was = was.per_token_ctx / was.per_token;
+  if (policy_calibrated_ && r_now <= r_was * kMove && r_now * kMove >= r_was) return;
+  policy_calibrated_ = true;
+  cache_->SetCostModel(now);
+  stats_.policy_cost = now;
+  spdlog::info("cost model calibrated from {} prefill steps: {:.2f} us per token, {:.3f} ns per attention pair "
+               "(attention equals the linear layers at position {:.0f}), {:.0f} us per step, {:.1f} us per "
+               "logits row; relative RMS {:.2f}",
+               cost_fit_->samples(), p.per_token * 1e6, p.per_pair * 1e9,
+               p.per_pair > 0 ? p.per_token / p.per_pair : 0.0, p.step * 1e6, p.per_row * 1e6, cost_fit_->rel_rms());
 }
 
 void Engine::Suspend(Running& r, double now) {
@@ -182,24 +208,52 @@ void Engine::Schedule(double now) {
   Batch batch;
   std::vector<Running*> sampled;  // entries whose logits row is sampled, in row order
   std::vector<int32_t> toks;
+  // The step's shape for the cost fit, and each entry's modelled cost (all of its tokens, and
+  // those that recompute lost KV) to share the measured time by: a token at position p costs
+  // a + b·(p + 1), a sampled row d more (cost_fit.h).
+  const StepCostParams& cp = cost_fit_->params();
+  StepSample shape;
+  int prefill_tokens = 0;
+  struct Share {
+    Running* r;
+    double recompute_cost;
+  };
+  std::vector<Share> shares;
+  double step_cost = 0;
   for (const PlannedSeq& ps : plan.seqs) {
     Running& r = *running_[ps.turn];
+    double recompute_cost = 0;
     if (inputs[ps.turn].decoding) {
       const int32_t pos = static_cast<int32_t>(r.seq.size()) - 1;
       int i = batch.Add(&r.seq[pos], &pos, 1, false);
       batch.seqs[i].block_table = r.table;
       batch.seqs[i].n_ctx = pos + 1;
+      shape.pairs += pos + 1;
+      step_cost += cp.per_token + cp.per_pair * (pos + 1);
     } else {
       const int32_t* pos = r.queries.data() + r.next_query + ps.begin;
       toks.resize(ps.count);
-      for (int j = 0; j < ps.count; j++) toks[j] = r.seq[pos[j]];
+      for (int j = 0; j < ps.count; j++) {
+        toks[j] = r.seq[pos[j]];
+        const double c = cp.per_token + cp.per_pair * (pos[j] + 1);
+        step_cost += c;
+        shape.pairs += pos[j] + 1;
+        if (r.next_query + ps.begin + j < r.n_recompute) recompute_cost += c;
+      }
       int i = batch.Add(toks.data(), pos, ps.count, false);
       batch.seqs[i].block_table = r.table;
       batch.seqs[i].n_ctx = pos[ps.count - 1] + 1;
       batch.seqs[i].logits = ps.sample;
       r.next_query += ps.count;
+      prefill_tokens += ps.count;
     }
-    if (ps.sample) sampled.push_back(&r);
+    shape.tokens += ps.count;
+    if (ps.sample) {
+      sampled.push_back(&r);
+      shape.sampled++;
+      step_cost += cp.per_row;
+    }
+    if (recompute_cost > 0) shares.push_back({&r, recompute_cost});
   }
   if (batch.seqs.empty()) return;
 
@@ -208,12 +262,28 @@ void Engine::Schedule(double now) {
   }
   auto group = transfer_->SubmitSwapIns(transfer_group_ops_);
   transfer_group_ops_.clear();
+  const double forward_start = Now();
   model_.Forward(batch, *t0_, logits_, [&](int l) { group->WaitLayer(l); });
   stats_.steps++;
+  double forward_seconds = Now() - forward_start;
   if (group->n_ops() > 0) {
     group->WaitLayer(model_.config().n_layers - 1);
     stats_.swap_in_wait_seconds += group->waited_seconds();
     stats_.swap_in_copy_seconds += group->copy_seconds();
+    forward_seconds = std::max(0.0, forward_seconds - group->waited_seconds());  // compute only
+  }
+  // Recompute time: the step's measured time shared by modelled cost (before this step updates
+  // the fit). Added before sampling, since a turn that finishes below reports its result then.
+  for (const Share& s : shares) {
+    const double t = forward_seconds * s.recompute_cost / step_cost;
+    s.r->result.recompute_seconds += t;
+    stats_.recompute_seconds += t;
+  }
+  // Only steps that prefill at least a chunk's worth calibrate: smaller ones are bound by reading
+  // the weights once (GEMV), a regime a recomputation never runs in.
+  if (prefill_tokens >= kBlockTokens) {
+    shape.seconds = forward_seconds;
+    Calibrate(shape);
   }
 
   // Sample, stream, finish.

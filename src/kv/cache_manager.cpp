@@ -109,6 +109,11 @@ void CacheManager::Sync(int32_t id) {
   index_.File(id, tier, w, c.last_active);
 }
 
+void CacheManager::SetCostModel(const CostModel& cost) {
+  policy_->SetCostModel(cost);
+  for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) Sync(id);
+}
+
 int32_t CacheManager::PickVictim(Tier t, double now) const {
   return index_.Pick(static_cast<int>(t), now, *policy_);
 }

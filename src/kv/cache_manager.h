@@ -73,6 +73,10 @@ class CacheManager {
 
   const CacheConfig& config() const { return config_; }
   const EvictionPolicy& policy() const { return *policy_; }
+  // Hands the policy a new recompute cost model (EvictionPolicy::SetCostModel): every chunk's
+  // weight may change, so every evictable record is re-filed, O(records · log). Victims are chosen
+  // by the new model from the next eviction on. The engine calls it rarely (engine/step.cpp).
+  void SetCostModel(const CostModel& cost);
   const CacheStats& stats() const { return stats_; }
   const VictimIndex& victim_index() const { return index_; }
   // Blocks in use (holding a chunk or reserved by a transfer) in tier t.

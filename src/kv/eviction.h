@@ -10,11 +10,13 @@
 
 namespace mnemo {
 
-// Recompute cost of a chunk, in FLOPs per layer-agnostic units: linear in its length (the
-// projections) plus attention over every earlier position (causal: grows with the start s).
+// Recompute cost of a chunk: linear in its length (the projections) plus attention over every
+// earlier position (causal: grows with the start s). Units are the caller's: FLOPs from the
+// model's shapes, or seconds once the engine has calibrated it from its step timings
+// (engine/cost_fit.h). Only the ratio per_token_ctx / per_token orders chunks.
 struct CostModel {
-  double per_token = 1.0;      // FLOPs to push one token through the linear layers
-  double per_token_ctx = 0.0;  // FLOPs per (query token, key position) pair in attention
+  double per_token = 1.0;      // cost of pushing one token through the linear layers
+  double per_token_ctx = 0.0;  // cost per (query token, key position) pair in attention
 
   // Cost of recomputing positions [s, s + l).
   double Cost(int s, int l) const {
@@ -47,6 +49,10 @@ class EvictionPolicy {
     const double w = Weight(c.chunk_index, c.begin);
     return {Value(w, c.idle_s, c.last_active), w};
   }
+  // A new recompute cost model (the engine's calibration). Changes the weight of every chunk of a
+  // cost-aware policy at once: the cache manager re-files them all (CacheManager::SetCostModel).
+  // The engine calls it rarely (when the calibrated b/a moves by 25%). Default: costs are ignored.
+  virtual void SetCostModel(const CostModel&) {}
 };
 
 // Pensieve: retention value V = Cost(s, l) / T_idle, lowest first, so leading chunks (cheap to
@@ -58,6 +64,8 @@ class PensievePolicy : public EvictionPolicy {
   const char* name() const override { return "pensieve"; }
   double Weight(int chunk_index, int begin) const override;
   double Value(double weight, double idle_s, double last_active) const override;
+  void SetCostModel(const CostModel& cost) override { cost_ = cost; }
+  const CostModel& cost_model() const { return cost_; }
 
  private:
   CostModel cost_;
