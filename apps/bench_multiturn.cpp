@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -32,6 +33,8 @@ struct MultiturnFlags {
   std::vector<std::string> modes;  // e.g. off lru pensieve; empty = the one --cache/--policy give
   bool json = false;
   bool per_turn = false;         // add every turn's record to the JSON (turn_log)
+  double t0_live = 0;            // > 0: T0 sized to this share of the workload's live KV (--kv-t0-live)
+  double t1_live = -1;           // >= 0: T1 likewise (--kv-t1-live; 0 = no host tier)
   RuntimeFlags runtime;
   EngineFlags engine;
 };
@@ -68,7 +71,7 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   Engine& e = **engine;
   std::mutex mu;
   std::vector<TurnRecord> records;
-  std::atomic<int> next{0}, done_turns{0}, errors{0};
+  std::atomic<int> done_turns{0}, errors{0};
   int total_turns = 0;
   for (const auto& c : convs) total_turns += static_cast<int>(c.turns.size());
 
@@ -114,9 +117,13 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
       threads.emplace_back(run_conversation, std::cref(c));
     }
   } else {  // closed loop: each user runs conversations back to back
+    // User u runs conversations u, u + users, ...: a fixed schedule. (Handing the next
+    // conversation to whichever user finished first made the pairing of conversations, and so
+    // which sessions compete for T0 at a time, depend on thread timing; it was one of the
+    // run-to-run differences between runs of one configuration, docs/benchmarks.md.)
     for (int u = 0; u < f.users; u++) {
-      threads.emplace_back([&] {
-        for (int i; (i = next++) < static_cast<int>(convs.size());) run_conversation(convs[i]);
+      threads.emplace_back([&, u] {
+        for (size_t i = u; i < convs.size(); i += f.users) run_conversation(convs[i]);
       });
     }
   }
@@ -234,6 +241,33 @@ void PrintHuman(const nlohmann::json& j) {
               j["bytes_swapped"].dump().c_str(), j["swap_in"].dump().c_str());
 }
 
+// The KV the workload keeps live: `users` conversations at once, each holding on average the KV
+// of its context after a turn (mean over its turns), and the least T0 that admits the longest
+// context (plus a block, beyond the reserve).
+struct LiveKv {
+  double mb = 0;
+  double min_t0_mb = 0;
+};
+LiveKv EstimateLiveKv(const Runtime& rt, const MultiturnFlags& f, const std::vector<ConversationPlan>& convs) {
+  double sum = 0, longest = 0;
+  int n = 0;
+  for (const auto& c : convs) {
+    double ctx = 0;
+    for (int t = 0; t < static_cast<int>(c.turns.size()); t++) {
+      ctx += static_cast<double>(TurnTokens(*rt.tokenizer, c, t).size()) + c.turns[t].output_tokens;
+      sum += ctx;
+      n++;
+      longest = std::max(longest, ctx);
+    }
+  }
+  const double mb_per_token = rt.model->kv_shape(rt.kv_dtype).BlockBytes() / double(kBlockTokens) / 1048576.0;
+  LiveKv out;
+  out.mb = (n > 0 ? sum / n : 0) * std::max(f.users, 1) * mb_per_token;
+  const double reserve = f.engine.reserve;
+  out.min_t0_mb = (std::ceil(longest / kBlockTokens) + 1) * kBlockTokens * mb_per_token / (1 - reserve) + mb_per_token * kBlockTokens;
+  return out;
+}
+
 int RunMultiturn(MultiturnFlags& f) {
   auto rt = LoadRuntime(f.model, f.tokenizer, f.runtime);
   if (!rt.ok()) {
@@ -241,11 +275,24 @@ int RunMultiturn(MultiturnFlags& f) {
     return 1;
   }
   auto convs = MakeWorkload(f.workload);
+  const LiveKv live = EstimateLiveKv(*rt, f, convs);
+  if (f.t0_live > 0) {
+    f.engine.t0_mb = std::max(f.t0_live * live.mb, live.min_t0_mb);
+    if (f.t0_live * live.mb < live.min_t0_mb) {
+      std::fprintf(stderr, "note: T0 raised from %.1f MB (%.0f%% of the live KV) to %.1f MB, the least that admits "
+                   "the longest context\n", f.t0_live * live.mb, 100 * f.t0_live, live.min_t0_mb);
+    }
+  }
+  if (f.t1_live >= 0) f.engine.t1_mb = f.t1_live * live.mb;
   if (f.modes.empty()) f.modes.push_back(f.engine.cache == "off" ? "off" : f.engine.policy);
   nlohmann::json runs = nlohmann::json::array();
   try {
     for (const auto& m : f.modes) {
       runs.push_back(RunMode(m, *rt, f, convs));
+      runs.back()["live_kv_mb"] = live.mb;
+      runs.back()["kv_t0_mb"] = f.engine.t0_mb;
+      runs.back()["kv_t1_mb"] = f.engine.t1_mb;
+      runs.back()["t0_live_fraction"] = f.engine.t0_mb / live.mb;
       if (!f.json) PrintHuman(runs.back());
     }
   } catch (const std::exception& ex) {
@@ -276,6 +323,11 @@ void RegisterBenchMultiturn(CLI::App* bench) {
   cmd->add_option("--modes", f->modes, "modes to run in turn: off, lru, pensieve");
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->add_flag("--per-turn", f->per_turn, "with --json: every turn's record (turn_log)");
+  cmd->add_option("--kv-t0-live", f->t0_live,
+                  "size T0 to this share of the workload's live KV (users x mean context), instead of --kv-t0-mb")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--kv-t1-live", f->t1_live, "size T1 to this share of the live KV (0 = none), instead of --kv-t1-mb")
+      ->check(CLI::Range(0.0, 10.0));
   AddRuntimeFlags(cmd, &f->runtime);
   AddEngineFlags(cmd, &f->engine);
   cmd->callback([f] {

@@ -129,6 +129,15 @@ std::string Metrics::Render(const EngineStats& e) const {
   Line(&out, "mnemo_bytes_moved_total{direction=\"disk_write\"} %lld", static_cast<long long>(e.transfer.bytes_disk_w));
   Line(&out, "mnemo_bytes_moved_total{direction=\"disk_read\"} %lld", static_cast<long long>(e.transfer.bytes_disk_r));
   counter("mnemo_suspensions_total", "Running turns suspended for memory", e.suspensions);
+  Header(&out, "mnemo_recompute_seconds_total", "counter", "Forward time spent recomputing KV that was gone");
+  Line(&out, "mnemo_recompute_seconds_total %g", e.recompute_seconds);
+  // The step-time model the engine calibrated from its prefill steps (engine/cost_fit.h): what
+  // the eviction policy prices chunks with once fitted.
+  gauge("mnemo_cost_per_token_seconds", "Calibrated forward time per query token (a)", e.step_cost.per_token);
+  gauge("mnemo_cost_per_pair_seconds", "Calibrated forward time per attention (query, key) pair (b)",
+        e.step_cost.per_pair);
+  gauge("mnemo_cost_fit_steps", "Prefill steps the cost model was fitted on", static_cast<double>(e.step_cost_samples));
+  gauge("mnemo_cost_fit_rel_rms", "Relative RMS error of the fitted step-time model", e.step_cost_rel_rms);
   counter("mnemo_engine_steps_total", "Forward passes", e.steps);
   counter("mnemo_context_selections_total", "Turns served with selective context", selections_);
   counter("mnemo_context_dropped_tokens_total", "Tokens left out by selective context", selection_dropped_);
