@@ -139,7 +139,8 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   XXH3_64bits_reset(digest);
   int64_t out_tokens = 0;
   TokenSources src;
-  double recompute_ms = 0;
+  double recompute_ms = 0, recomputed_pairs = 0;
+  int64_t recomputed_positions = 0;
   std::vector<double> ttft_all, ttft_late;  // ttft_late: turns with index >= 5 (long histories)
   std::map<int, std::vector<double>> ttft_by_turn, new_by_turn;
   std::map<int, int64_t> recomputed_by_turn;
@@ -159,6 +160,8 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
     new_by_turn[r.turn].push_back(static_cast<double>(res.sources.fresh));
     if (r.turn >= 5) ttft_late.push_back(res.ttft_seconds * 1000);
     recompute_ms += res.recompute_seconds * 1000;
+    recomputed_pairs += res.recomputed_pairs;
+    recomputed_positions += res.recomputed_positions;
     recomputed_by_turn[r.turn] += res.sources.recomputed;
     recompute_ms_by_turn[r.turn] += res.recompute_seconds * 1000;
     if (f.per_turn) {
@@ -202,6 +205,10 @@ nlohmann::json RunMode(const std::string& mode, Runtime& rt, const MultiturnFlag
   // Forward time spent recomputing lost KV (per turn, summed; includes KV lost to suspensions,
   // which recomputed_tokens, counted at a turn's first admission, does not).
   j["recompute_ms"] = recompute_ms;
+  // Deterministic counters behind it (every admission, suspensions included): positions and
+  // attention pairs Σ (p + 1); a·positions + b·pairs is their cost under any model.
+  j["recomputed_positions"] = recomputed_positions;
+  j["recomputed_attention_pairs"] = recomputed_pairs;
   nlohmann::json rec_tokens_by_turn = nlohmann::json::array(), rec_ms_by_turn = nlohmann::json::array();
   for (auto& [t, v] : recomputed_by_turn) rec_tokens_by_turn.push_back(v);
   for (auto& [t, v] : recompute_ms_by_turn) rec_ms_by_turn.push_back(v);

@@ -193,6 +193,7 @@ class Engine {
   EngineStats stats_;
   double last_expiry_ = 0;
   std::unique_ptr<StepCostFit> cost_fit_;  // step timings -> Cost(s, l) (cost_fit.h)
+  double last_waiting_touch_ = -1;         // when Admit last marked queued sessions active
   bool policy_calibrated_ = false;         // the policy prices chunks with the fit (not the FLOP prior)
 
   // Shared with other threads.

@@ -73,6 +73,10 @@ struct TurnResult {
   double ttft_seconds = 0;          // submit -> first generated token
   double total_seconds = 0;         // submit -> done
   int suspensions = 0;              // times the request was suspended for memory
+  int64_t recomputed_positions = 0; // positions recomputed over all admissions (sources.recomputed
+                                    // counts the first only; a suspension can lose KV again)
+  double recomputed_pairs = 0;      // Σ (p + 1) over them: attention (query, key) pairs, so that
+                                    // a + b·pairs prices them deterministically for any cost model
   double recompute_seconds = 0;     // forward-pass time spent recomputing positions whose KV was gone
                                     // (dropped or evicted history, and KV lost to a suspension):
                                     // each step's measured time shared among its tokens by the

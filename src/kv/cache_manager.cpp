@@ -127,6 +127,11 @@ void CacheManager::Touch(SessionRec& s, double now) {
   }
 }
 
+void CacheManager::MarkActive(SessionId s, double now) {
+  auto it = sessions_.find(s);
+  if (it != sessions_.end()) Touch(it->second, now);
+}
+
 void CacheManager::AddSession(SessionId s, double now) {
   MNEMO_CHECK(!HasSession(s));
   sessions_[s].last_active = now;

@@ -87,6 +87,10 @@ class CacheManager {
 
   // ---- sessions ----
   void AddSession(SessionId s, double now);
+  // Marks s active at `now`, e.g. while a turn of s waits for admission: its next access is
+  // imminent, so its chunks must not look idle (and be evicted first) for as long as it queues.
+  // O(chunks of s).
+  void MarkActive(SessionId s, double now);
   bool HasSession(SessionId s) const { return sessions_.count(s) != 0; }
   // Forgets a session that is not acquired; its blocks are freed (at once, or when a copy in
   // flight ends).

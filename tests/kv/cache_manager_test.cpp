@@ -112,6 +112,26 @@ TEST(CacheManager, LruDropsTheTailOfTheOldestSession) {
   EXPECT_EQ(r[5], Tier::kNone);
 }
 
+TEST(CacheManager, ASessionMarkedActiveIsNotTheIdleVictim) {
+  // Session 1 was used first, session 2 later; then a turn of session 1 is queued (the engine
+  // marks its session active while it waits). Admitting a third session must take session 2's
+  // blocks, not those of the session about to be served.
+  for (const char* policy : {"pensieve", "lru"}) {
+    CacheManager cm({12, 0, 0, 0.0}, Policy(policy));
+    cm.AddSession(1, 0);
+    ASSERT_EQ(Turn(cm, 1, 4 * 32, 0), Admission::kOk);
+    cm.AddSession(2, 10);
+    ASSERT_EQ(Turn(cm, 2, 4 * 32, 10), Admission::kOk);
+    cm.MarkActive(1, 20);
+    cm.AddSession(3, 21);
+    ASSERT_EQ(Turn(cm, 3, 8 * 32, 21), Admission::kOk);  // 4 blocks must be evicted
+    for (Tier t : cm.Residency(1)) EXPECT_EQ(t, Tier::kT0) << policy;
+    const auto r2 = cm.Residency(2);
+    EXPECT_EQ(std::count(r2.begin(), r2.end(), Tier::kNone), 4) << policy;
+    EXPECT_TRUE(cm.CheckInvariants());
+  }
+}
+
 TEST(CacheManager, AdmissionNeverTakesTheReserve) {
   CacheManager cm({20, 0, 0, 0.1}, Policy("pensieve"));  // reserve 2 blocks, admission share 18
   EXPECT_EQ(cm.admission_blocks(), 18);
