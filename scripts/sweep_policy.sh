@@ -2,8 +2,9 @@
 # Pensieve against LRU over a grid of workloads: think time x T0 share of the live KV x host tier
 # x conversation length, each point run RUNS times (`mnemo bench multiturn --modes lru pensieve`,
 # the two modes in alternating order from run to run so that drift in machine load cancels), then
-# one markdown table of medians: recompute_ms and recomputed tokens (Pensieve / LRU, and the
-# spread of the per-run ratios), TTFT p50 / p90 at turns >= 5 for both.
+# one markdown table of medians: recompute_ms, recomputed positions and attention pairs (Pensieve /
+# LRU: median and min-max of the per-run ratios), the spread of each mode (max / min positions over
+# the runs), TTFT p50 / p90 at turns >= 5 for both.
 #
 #   scripts/sweep_policy.sh --model FILE [--out DIR] [--runs 3] [--think "0 0.5 2 10"]
 #       [--t0 "0.1 0.25 0.5"] [--t1 "off on"] [--length "short long"] [-- extra bench flags]
@@ -79,16 +80,22 @@ for f in sorted(glob.glob(os.path.join(out, "*_run*.json"))):
 med = statistics.median
 def ratio(a, b):
     return a / b if b > 0 else (1.0 if a == 0 else float("inf"))
-print("| point | T0 share | recompute_ms lru / pensieve | ratio (min-max) | recomputed tokens lru / pensieve | ratio (min-max) | TTFT p50 t>=5 lru / pens | TTFT p90 t>=5 lru / pens | runs |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def per_run(L, P, k):
+    xs = [ratio(b[k], a[k]) for a, b in zip(L, P)]
+    return "%.2f (%.2f-%.2f)" % (med(xs), min(xs), max(xs))
+def spread(xs, k):
+    return max(x[k] for x in xs) / max(1, min(x[k] for x in xs))
+print("| point | T0 share | recompute_ms lru / pens | ratio (min-max) | recomputed positions lru / pens | ratio (min-max) "
+      "| attention pairs ratio (min-max) | spread lru / pens | TTFT p50 t>=5 lru / pens | TTFT p90 t>=5 lru / pens | runs |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for p, rs in points.items():
     L = [r["lru"] for r in rs]; P = [r["pensieve"] for r in rs]
-    ms = [ratio(b["recompute_ms"], a["recompute_ms"]) for a, b in zip(L, P)]
-    tok = [ratio(b["recomputed_tokens"], a["recomputed_tokens"]) for a, b in zip(L, P)]
-    g = lambda xs, k, q: med([x["ttft_ms_turns_5_plus"][q] for x in xs if x["ttft_ms_turns_5_plus"]["n"] > 0] or [0])
-    print("| %s | %.2f | %.0f / %.0f | %.2f (%.2f-%.2f) | %.0f / %.0f | %.2f (%.2f-%.2f) | %.0f / %.0f | %.0f / %.0f | %d |" % (
+    g = lambda xs, q: med([x["ttft_ms_turns_5_plus"][q] for x in xs])
+    print("| %s | %.2f | %.0f / %.0f | %s | %.0f / %.0f | %s | %s | %.2f / %.2f | %.0f / %.0f | %.0f / %.0f | %d |" % (
         p, med([x["t0_live_fraction"] for x in L]),
-        med([x["recompute_ms"] for x in L]), med([x["recompute_ms"] for x in P]), med(ms), min(ms), max(ms),
-        med([x["recomputed_tokens"] for x in L]), med([x["recomputed_tokens"] for x in P]), med(tok), min(tok), max(tok),
-        g(L, 0, "p50"), g(P, 0, "p50"), g(L, 0, "p90"), g(P, 0, "p90"), len(rs)))
+        med([x["recompute_ms"] for x in L]), med([x["recompute_ms"] for x in P]), per_run(L, P, "recompute_ms"),
+        med([x["recomputed_positions"] for x in L]), med([x["recomputed_positions"] for x in P]),
+        per_run(L, P, "recomputed_positions"), per_run(L, P, "recomputed_attention_pairs"),
+        spread(L, "recomputed_positions"), spread(P, "recomputed_positions"),
+        g(L, "p50"), g(P, "p50"), g(L, "p90"), g(P, "p90"), len(rs)))
 EOF
