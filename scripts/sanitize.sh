@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sanitizer builds for CI (after scripts/build.sh installed the packages):
 #   address: AddressSanitizer + UBSan over the model-free unit tests and the engine tests, in build-asan/;
-#   thread:  ThreadSanitizer over the engine, kv (allocator, cache manager, transfer thread) and thread-pool
-#            tests, in build-tsan/.
+#   thread:  ThreadSanitizer over the engine (engine thread, transfer thread, service callers), kv
+#            (allocator, cache manager, victim index, transfers) and thread-pool tests, in build-tsan/.
 #
 #   scripts/sanitize.sh [address] [thread]     (both when no argument)
 #
@@ -21,14 +21,14 @@ for kind in "${kinds[@]}"; do
     address)
       dir=build-asan
       targets=(base_test tokenizer_test chat_test chat_tokens_test sampling_test context_test kv_test
-               store_test format_test engine_test engine_window_test batch_plan_test turn_append_test
-               api_error_test)
+               store_test format_test engine_test engine_window_test batch_plan_test cost_fit_test
+               turn_append_test api_error_test context_recall_test)
       env_vars=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 MNEMO_FUZZ_ITERS=2000
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
       ;;
     thread)
       dir=build-tsan
-      targets=(base_test kv_test engine_test engine_window_test batch_plan_test)
+      targets=(base_test kv_test engine_test batch_plan_test)
       env_vars=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OMP_NUM_THREADS=1)
       ;;
     *) echo "sanitize.sh: unknown sanitizer '$kind' (address or thread)" >&2; exit 2 ;;
