@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Sanitizer builds for CI (after scripts/build.sh installed the packages):
 #   address: AddressSanitizer + UBSan over the model-free unit tests and the engine tests, in build-asan/;
-#   thread:  ThreadSanitizer over the engine (engine thread, transfer thread, service callers), kv
+#   thread:  ThreadSanitizer over the engine (engine thread, transfer thread, submitting threads), kv
 #            (allocator, cache manager, victim index, transfers) and thread-pool tests, in build-tsan/.
 #
 #   scripts/sanitize.sh [address] [thread]     (both when no argument)
 #
+# The HTTP layer (mnemo_server) is left out: it alone would add minutes of instrumented compile to a CI
+# that must stay under 30 minutes on 2 cores (measured: Release build + tests 12 min, ASan build 11.5 min
+# and tests 2 min, TSan build and tests about 7 min).
 # Any sanitizer report fails the test that triggered it (halt_on_error / exitcode), so ctest fails.
 # OpenMP (libgomp) is not instrumented for TSan, so the TSan run pins OMP_NUM_THREADS=1: our own
 # thread pool, the engine thread and the transfer thread are what it checks.
@@ -21,8 +24,7 @@ for kind in "${kinds[@]}"; do
     address)
       dir=build-asan
       targets=(base_test tokenizer_test chat_test chat_tokens_test sampling_test context_test kv_test
-               store_test format_test engine_test engine_window_test batch_plan_test cost_fit_test
-               turn_append_test api_error_test context_recall_test)
+               store_test format_test engine_test engine_window_test batch_plan_test cost_fit_test)
       env_vars=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 MNEMO_FUZZ_ITERS=2000
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
       ;;

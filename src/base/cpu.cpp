@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <thread>
 
 namespace mnemo {
@@ -44,7 +45,9 @@ CpuFeatures Detect() {
   return f;
 }
 
-int g_threads = 0;
+// Kernel thread count; 0 until set or first read. Read by every kernel call from any thread (the
+// engine, transfer and test threads), set at start-up: an atomic, relaxed (a count, not a publication).
+std::atomic<int> g_threads{0};
 
 }  // namespace
 
@@ -54,15 +57,19 @@ const CpuFeatures& GetCpuFeatures() {
 }
 
 int NumThreads() {
-  if (g_threads <= 0) {
+  int t = g_threads.load(std::memory_order_relaxed);
+  if (t <= 0) {
     unsigned n = std::thread::hardware_concurrency();
-    g_threads = n ? static_cast<int>(n) : 1;
+    t = n ? static_cast<int>(n) : 1;
+    int expected = 0;
+    // Concurrent first readers agree on the same value; a SetNumThreads in between wins.
+    if (!g_threads.compare_exchange_strong(expected, t, std::memory_order_relaxed)) t = expected;
   }
-  return g_threads;
+  return t;
 }
 
 void SetNumThreads(int n) {
-  g_threads = n > 0 ? n : 0;
+  g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed);
   omp_set_num_threads(NumThreads());
 }
 
