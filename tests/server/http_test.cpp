@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <latch>
 #include <mutex>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -385,11 +386,17 @@ TEST(Http, FullQueueAnswers429WithRetryAfter) {
   ServerProcess server({"--max-running", "1", "--max-waiting", "1"});
   ASSERT_GT(server.port(), 0) << server.log();
   std::atomic<int> ok{0}, busy{0}, other{0};
+  // Eight clients released at once against room for two turns (one running, one waiting): on a quiet
+  // machine stories260K finishes a short turn in milliseconds, so staggered or few clients could all
+  // be served in turn and never see a full queue.
+  constexpr int kClients = 8;
+  std::latch start(kClients);
   std::vector<std::thread> clients;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < kClients; i++) {
     clients.emplace_back([&, i] {
       Client c(server.port());
-      Json body = {{"messages", {{{"role", "user"}, {"content", "Story " + std::to_string(i)}}}}, {"max_tokens", 150}, {"ignore_eos", true}};
+      Json body = {{"messages", {{{"role", "user"}, {"content", "Story " + std::to_string(i)}}}}, {"max_tokens", 400}, {"ignore_eos", true}};
+      start.arrive_and_wait();
       auto r = c.Post("/v1/chat/completions", body.dump());
       if (r && r->status == 200) {
         ok++;
