@@ -67,16 +67,9 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     e.code = res.status == 413 ? "request_too_large" : res.status == 404 ? "unknown_url" : "";
     http::SendError(res, e);
   });
+  // Handlers outside Wrap (the status page's assets) end here; Wrap catches its own.
   http_.set_exception_handler([](const Req& req, Res& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& ex) {
-      what = ex.what();
-    } catch (...) {
-    }
-    spdlog::error("{} {}: unhandled exception: {}", req.method, req.path, what);
-    http::SendError(res, ApiError{500, "server_error", what, "", ""});
+    http::SendError(res, http::InternalError(req.method + " " + req.path, ep));
   });
 
   auto bind = [this](auto method) {
@@ -153,7 +146,11 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
       }
       owner = std::get<std::string>(a);
     }
-    fn(req, res, owner);
+    try {
+      fn(req, res, owner);
+    } catch (...) {  // a bug, never bad input: the client sees no exception text, the log does
+      http::SendError(res, http::InternalError(req.method + " " + req.path, std::current_exception()));
+    }
     metrics_.Request(route, res.status);
     if (res.status >= 500) {
       spdlog::warn("{} {} -> {}: {}", req.method, req.path, res.status, res.body.substr(0, 300));

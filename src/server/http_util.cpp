@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "base/log.h"
+
 namespace mnemo::http {
 
 void SendError(httplib::Response& res, const ApiError& e) {
@@ -14,7 +16,7 @@ void SendError(httplib::Response& res, const ApiError& e) {
               {"code", e.code.empty() ? Json(nullptr) : Json(e.code)}};
   res.status = e.status;
   if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-  res.set_content(Json{{"error", err}}.dump(), "application/json");
+  res.set_content(Json{{"error", err}}.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 void SendJson(httplib::Response& res, const Json& j, int status) {
@@ -30,7 +32,43 @@ ApiError NotFound(std::string message) {
   return ApiError{404, "invalid_request_error", std::move(message), "", "not_found"};
 }
 
+bool JsonDeeperThan(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > limit) return true;
+    } else if (ch == '}' || ch == ']') {
+      depth--;  // below zero only in invalid JSON, which the parser refuses
+    }
+  }
+  return false;
+}
+
+ApiError InternalError(const std::string& context, std::exception_ptr ep) {
+  std::string what = "an exception of unknown type";
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& ex) {
+    what = ex.what();
+  } catch (...) {
+  }
+  spdlog::error("{}: unhandled exception: {}", context, what);
+  return ApiError{500, "server_error", "The server had an error while processing your request.", "", "server_error"};
+}
+
 std::variant<Json, ApiError> ParseBody(const std::string& body) {
+  if (JsonDeeperThan(body, kMaxJsonDepth)) {
+    return BadRequest("The JSON body of your request nests arrays and objects more than " +
+                          std::to_string(kMaxJsonDepth) + " levels deep.",
+                      "", "nesting_too_deep");
+  }
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return BadRequest("We could not parse the JSON body of your request: it is not valid JSON.", "", "invalid_json");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "engine/request.h"
 #include "sampling/stop.h"
@@ -21,8 +22,25 @@ void SendError(httplib::Response& res, const ApiError& e);
 void SendJson(httplib::Response& res, const Json& j, int status = 200);
 ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
 ApiError NotFound(std::string message);
+// A 500 for an exception that escaped a handler (a bug: bad input never throws). The exception's
+// text is logged with `context` (method and path) and never sent: library messages name internal
+// types, files and ids.
+ApiError InternalError(const std::string& context, std::exception_ptr ep);
 
-// Parses a request body that must be a JSON object.
+// The deepest nesting of arrays and objects a request body may have. Real requests stay far below
+// it (a message with content parts is 4 levels deep, a metadata object 2). Parsing is iterative,
+// but copying, dumping and destroying parts of a parsed value recurse once per level: a 100,000
+// deep body overflowed the stack of a handler thread (issue 13). Bounding the depth at the parse
+// bounds every later walk of the body and of what is stored from it.
+inline constexpr int kMaxJsonDepth = 64;
+
+// True when `text` nests arrays and objects more than `limit` deep, counting brackets outside
+// strings. One linear pass that stops at the first level past the limit; for invalid JSON the
+// answer is unspecified (the parser then refuses the text).
+bool JsonDeeperThan(std::string_view text, int limit);
+
+// Parses a request body that must be a JSON object nested at most kMaxJsonDepth deep
+// (400 nesting_too_deep otherwise, before the parser builds anything).
 std::variant<Json, ApiError> ParseBody(const std::string& body);
 
 // Fails when `body` has members outside `known` (OpenAI rejects unrecognized arguments).
