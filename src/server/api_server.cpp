@@ -187,27 +187,34 @@ void ApiServer::Tokenize(const Req& req, Res& res, const std::string&) {
   auto parsed = http::ParseBody(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   const Json& body = std::get<Json>(parsed);
-  if (auto e = http::CheckKnownFields(body, {"content", "prompt", "messages", "add_special", "model"})) {
-    return http::SendError(res, *e);
+  using namespace http;  // FieldType bits
+  if (auto e = CheckFields(body, {{"content", kString}, {"prompt", kString}, {"messages", kArray},
+                                  {"add_special", kBool}, {"model", kString}})) {
+    return SendError(res, *e);
   }
   std::vector<int32_t> ids;
-  if (body.contains("messages")) {
+  if (!Absent(body, "messages")) {
     TurnSpec spec;
-    if (!body["messages"].is_array()) return http::SendError(res, http::BadRequest("'messages' must be an array", "messages"));
-    for (const auto& m : body["messages"]) {
+    const Json& msgs = body["messages"];
+    for (size_t i = 0; i < msgs.size(); i++) {
+      const Json& m = msgs[i];
+      const std::string p = "messages[" + std::to_string(i) + "]";
       if (!m.is_object() || !m.contains("content") || !m["content"].is_string()) {
-        return http::SendError(res, http::BadRequest("each message needs a string 'content'", "messages"));
+        return SendError(res, BadRequest(p + " needs a string 'content'", p + ".content", "invalid_type"));
       }
-      spec.messages.push_back(ChatMessage{m.value("role", "user"), m["content"].get<std::string>()});
+      if (!Absent(m, "role") && !m["role"].is_string()) {
+        return SendError(res, BadRequest(p + ".role must be a string", p + ".role", "invalid_type"));
+      }
+      spec.messages.push_back(ChatMessage{Absent(m, "role") ? "user" : m["role"].get<std::string>(),
+                                          m["content"].get<std::string>()});
     }
     auto r = service_.Render(spec);
-    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
+    if (auto* e = std::get_if<ApiError>(&r)) return SendError(res, *e);
     ids = std::get<0>(r);
   } else {
-    const Json* c = body.contains("content") ? &body["content"] : body.contains("prompt") ? &body["prompt"] : nullptr;
-    if (!c || !c->is_string()) return http::SendError(res, http::BadRequest("'content' must be a string", "content", "invalid_type"));
-    bool add_special = body.value("add_special", false);
-    ids = service_.tokenizer().Encode(c->get<std::string>(), add_special);
+    const char* key = !Absent(body, "content") ? "content" : "prompt";
+    if (Absent(body, key)) return SendError(res, BadRequest("'content' must be a string", "content", "invalid_type"));
+    ids = service_.tokenizer().Encode(body[key].get<std::string>(), BoolOr(body, "add_special", false));
   }
   http::SendJson(res, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", service_.engine().max_context()}});
 }
@@ -216,8 +223,8 @@ void ApiServer::Detokenize(const Req& req, Res& res, const std::string&) {
   auto parsed = http::ParseBody(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   const Json& body = std::get<Json>(parsed);
-  if (auto e = http::CheckKnownFields(body, {"tokens", "model"})) return http::SendError(res, *e);
-  if (!body.contains("tokens") || !body["tokens"].is_array()) {
+  if (auto e = http::CheckFields(body, {{"tokens", http::kArray}, {"model", http::kString}})) return http::SendError(res, *e);
+  if (http::Absent(body, "tokens")) {
     return http::SendError(res, http::BadRequest("'tokens' must be an array of token ids", "tokens", "invalid_type"));
   }
   std::vector<int32_t> ids;

@@ -45,9 +45,10 @@ std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body,
     std::optional<std::string> text = content == m.end() ? std::optional<std::string>(std::string()) : ContentText(*content);
     if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
     out.push_back(ChatMessage{r, *text});
-    auto pin = m.find("pinned");
-    if (pin != m.end() && !pin->is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
-    pinned->push_back(pin != m.end() && pin->get<bool>());
+    if (!http::Absent(m, "pinned") && !m["pinned"].is_boolean()) {
+      return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
+    }
+    pinned->push_back(http::BoolOr(m, "pinned", false));
   }
   return out;
 }
@@ -69,16 +70,22 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   auto parsed = http::ParseBody(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   const Json& body = std::get<Json>(parsed);
-  if (auto e = http::CheckKnownFields(body, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                                             "top_p", "n", "stream", "stream_options", "stop", "presence_penalty",
-                                             "frequency_penalty", "seed", "user", "top_k", "min_p", "repetition_penalty",
-                                             "ignore_eos", "min_tokens", "metadata", "store", "logprobs",
-                                             "parallel_tool_calls", "service_tier", "context_budget", "context_mode",
-                                             "context_preset", "context_relevance", "context_keep_last", "include"})) {
-    return http::SendError(res, *e);
+  using namespace http;  // FieldType bits
+  if (auto e = CheckFields(body, {{"model", kString}, {"messages", kArray}, {"max_tokens", kInteger},
+                                  {"max_completion_tokens", kInteger}, {"temperature", kNumber}, {"top_p", kNumber},
+                                  {"n", kInteger}, {"stream", kBool}, {"stream_options", kObject},
+                                  {"stop", kString | kArray}, {"presence_penalty", kNumber},
+                                  {"frequency_penalty", kNumber}, {"seed", kInteger}, {"user", kString},
+                                  {"top_k", kInteger}, {"min_p", kNumber}, {"repetition_penalty", kNumber},
+                                  {"ignore_eos", kBool}, {"min_tokens", kInteger}, {"metadata", kObject},
+                                  {"store", kBool}, {"logprobs", kBool}, {"parallel_tool_calls", kBool},
+                                  {"service_tier", kString}, {"context_budget", kNumber}, {"context_mode", kString},
+                                  {"context_preset", kString}, {"context_relevance", kString},
+                                  {"context_keep_last", kInteger}, {"include", kArray}})) {
+    return SendError(res, *e);
   }
-  if (body.contains("logprobs") && body["logprobs"] == true) {
-    return http::SendError(res, http::BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter"));
+  if (BoolOr(body, "logprobs", false)) {
+    return SendError(res, BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter"));
   }
   TurnSpec spec;
   auto msgs = ParseMessages(body, &spec.pinned);
@@ -89,13 +96,15 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) {
     return http::SendError(res, *e);
   }
-  if (body.contains("stream") && !body["stream"].is_boolean() && !body["stream"].is_null()) {
-    return http::SendError(res, http::BadRequest("'stream' must be a boolean", "stream", "invalid_type"));
-  }
-  const bool stream = body.value("stream", false) == true;
+  const bool stream = BoolOr(body, "stream", false);
   bool include_usage = false;
-  if (body.contains("stream_options") && body["stream_options"].is_object()) {
-    include_usage = body["stream_options"].value("include_usage", false);
+  if (!Absent(body, "stream_options")) {
+    const Json& so = body["stream_options"];
+    if (auto e = CheckFields(so, {{"include_usage", kBool}, {"include_obfuscation", kBool}})) {
+      e->param = "stream_options." + e->param;
+      return SendError(res, *e);
+    }
+    include_usage = BoolOr(so, "include_usage", false);
   }
   spec.hint.key = req.get_header_value("X-Session-Id");
   auto started = service_.Start(std::move(spec));
@@ -179,11 +188,16 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   auto parsed = http::ParseBody(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   const Json& body = std::get<Json>(parsed);
-  if (auto e = http::CheckKnownFields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream",
-                                             "stream_options", "stop", "presence_penalty", "frequency_penalty", "seed",
-                                             "user", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",
-                                             "echo", "logprobs", "best_of", "suffix"})) {
-    return http::SendError(res, *e);
+  using namespace http;  // FieldType bits
+  if (auto e = CheckFields(body, {{"model", kString}, {"prompt", kString}, {"max_tokens", kInteger},
+                                  {"temperature", kNumber}, {"top_p", kNumber}, {"n", kInteger}, {"stream", kBool},
+                                  {"stream_options", kObject}, {"stop", kString | kArray},
+                                  {"presence_penalty", kNumber}, {"frequency_penalty", kNumber}, {"seed", kInteger},
+                                  {"user", kString}, {"top_k", kInteger}, {"min_p", kNumber},
+                                  {"repetition_penalty", kNumber}, {"ignore_eos", kBool}, {"min_tokens", kInteger},
+                                  {"echo", kBool}, {"logprobs", kInteger}, {"best_of", kInteger},
+                                  {"suffix", kString}})) {
+    return SendError(res, *e);
   }
   auto p = body.find("prompt");
   if (p == body.end() || !p->is_string()) {
@@ -194,8 +208,8 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   spec.prompt = p->get<std::string>();
   spec.request.max_tokens = 16;  // OpenAI's default for completions
   if (auto e = http::ParseGeneration(body, {"max_tokens"}, &spec.request)) return http::SendError(res, *e);
-  if (!body.contains("max_tokens")) spec.request.max_tokens = 16;
-  const bool stream = body.value("stream", false) == true;
+  if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
+  const bool stream = BoolOr(body, "stream", false);
   spec.hint.key = req.get_header_value("X-Session-Id");
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);

@@ -77,12 +77,73 @@ std::variant<Json, ApiError> ParseBody(const std::string& body) {
   return j;
 }
 
-std::optional<ApiError> CheckKnownFields(const Json& body, std::initializer_list<const char*> known) {
-  std::set<std::string> k(known.begin(), known.end());
+namespace {
+
+const char* TypeName(unsigned t) {
+  if (t & kString) return "a string";
+  if (t & kNumber) return "a number";
+  if (t & kInteger) return "an integer";
+  if (t & kBool) return "a boolean";
+  if (t & kArray) return "an array";
+  return "an object";
+}
+
+const char* TypeOf(const Json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_number()) return "a number";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+bool HasType(const Json& v, unsigned types) {
+  switch (v.type()) {
+    case Json::value_t::string: return types & kString;
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return types & (kInteger | kNumber);
+    case Json::value_t::number_float: return types & kNumber;
+    case Json::value_t::boolean: return types & kBool;
+    case Json::value_t::array: return types & kArray;
+    case Json::value_t::object: return types & kObject;
+    default: return false;  // null is handled by the caller; binary and discarded never come from parse
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> CheckFields(const Json& body, std::initializer_list<FieldSpec> fields) {
   for (auto it = body.begin(); it != body.end(); ++it) {
-    if (!k.count(it.key())) return BadRequest("Unrecognized request argument supplied: " + it.key(), it.key());
+    const FieldSpec* spec = nullptr;
+    for (const FieldSpec& f : fields) {
+      if (it.key() == f.name) spec = &f;
+    }
+    if (!spec) return BadRequest("Unrecognized request argument supplied: " + it.key(), it.key());
+    if (it->is_null() || HasType(*it, spec->types)) continue;
+    std::string want;
+    for (unsigned bit = 1; bit <= kObject; bit <<= 1) {
+      if (!(spec->types & bit) || (bit == kInteger && (spec->types & kNumber))) continue;
+      want += want.empty() ? TypeName(bit) : std::string(" or ") + TypeName(bit);
+    }
+    return BadRequest("Invalid type for '" + it.key() + "': expected " + want + ", but got " + TypeOf(*it) + ".",
+                      it.key(), "invalid_type");
   }
   return std::nullopt;
+}
+
+bool Absent(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null();
+}
+
+bool BoolOr(const Json& obj, const char* key, bool fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
+Json ValueOr(const Json& obj, const char* key, Json fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && !it->is_null() ? *it : fallback;
 }
 
 namespace {

@@ -43,8 +43,32 @@ bool JsonDeeperThan(std::string_view text, int limit);
 // (400 nesting_too_deep otherwise, before the parser builds anything).
 std::variant<Json, ApiError> ParseBody(const std::string& body);
 
-// Fails when `body` has members outside `known` (OpenAI rejects unrecognized arguments).
-std::optional<ApiError> CheckKnownFields(const Json& body, std::initializer_list<const char*> known);
+// The JSON types a request member may have, as bits of FieldSpec::types.
+enum FieldType : unsigned {
+  kString = 1u << 0,
+  kInteger = 1u << 1,  // a number without a fraction or exponent
+  kNumber = 1u << 2,   // any number, integers included
+  kBool = 1u << 3,
+  kArray = 1u << 4,
+  kObject = 1u << 5,
+};
+struct FieldSpec {
+  const char* name;
+  unsigned types;  // FieldType bits
+};
+
+// Checks every member of `body` against `fields` before anything reads it: a member outside them
+// is a 400 (OpenAI rejects unrecognized arguments), one of another JSON type a 400 invalid_type
+// naming it. null counts as absent for every member (OpenAI's optional parameters are nullable;
+// a required one that is null then fails as missing or mistyped where it is read). After this,
+// reads of these members cannot throw.
+std::optional<ApiError> CheckFields(const Json& body, std::initializer_list<FieldSpec> fields);
+
+// A member that is absent or null.
+bool Absent(const Json& obj, const char* key);
+// The member, or `fallback` when it is absent or null. Unlike Json::value, never throws on null.
+bool BoolOr(const Json& obj, const char* key, bool fallback);
+Json ValueOr(const Json& obj, const char* key, Json fallback);
 
 // The generation parameters shared by chat completions, completions and responses, into req.
 // max_token_fields: the names that may carry the output limit, first found wins.

@@ -1,5 +1,8 @@
 // The stateful APIs: /v1/responses (previous_response_id, store, conversation, truncation,
 // streaming events) and /v1/conversations with their items.
+#include <algorithm>
+#include <cctype>
+
 #include "server/api_server.h"
 #include "server/http_util.h"
 
@@ -22,8 +25,11 @@ std::optional<std::string> PartsText(const Json& content) {
   return text;
 }
 
-// Normalizes request input (a string or an array of items) to message items with ids.
-std::variant<Json, ApiError> InputItems(const Json& input) {
+// Normalizes request input (a string or an array of message items) to message items with ids.
+// `param` names the member in errors ("input", or "items" on the Conversations API). Other
+// members of an item (status, a part's annotations: what clients pass back from an output) are
+// accepted and not kept.
+std::variant<Json, ApiError> InputItems(const Json& input, const std::string& param) {
   Json items = Json::array();
   if (input.is_string()) {
     items.push_back({{"type", "message"}, {"role", "user"},
@@ -31,29 +37,42 @@ std::variant<Json, ApiError> InputItems(const Json& input) {
   } else if (input.is_array()) {
     for (size_t i = 0; i < input.size(); i++) {
       const Json& it = input[i];
-      const std::string p = "input[" + std::to_string(i) + "]";
+      const std::string p = param + "[" + std::to_string(i) + "]";
       if (!it.is_object()) return http::BadRequest(p + " must be an object", p, "invalid_type");
-      std::string type = it.value("type", "message");
-      if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p, "unsupported_value");
-      if (!it.contains("role") || !it["role"].is_string()) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
-      std::string role = it["role"];
+      for (const char* k : {"type", "role", "id"}) {
+        if (!http::Absent(it, k) && !it[k].is_string()) {
+          return http::BadRequest(p + "." + k + " must be a string", p + "." + k, "invalid_type");
+        }
+      }
+      const std::string type = http::Absent(it, "type") ? "message" : it["type"].get<std::string>();
+      if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p + ".type", "unsupported_value");
+      if (http::Absent(it, "role")) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
+      const std::string role = it["role"].get<std::string>();
       if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
         return http::BadRequest(p + ".role '" + role + "' is not supported", p + ".role", "invalid_value");
       }
-      auto text = it.contains("content") ? PartsText(it["content"]) : std::optional<std::string>("");
+      auto text = http::Absent(it, "content") ? std::optional<std::string>("") : PartsText(it["content"]);
       if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
       const char* part_type = role == "assistant" ? "output_text" : "input_text";
       Json item = {{"type", "message"}, {"role", role},
                    {"content", Json::array({{{"type", part_type}, {"text", *text}}})}};
-      if (it.contains("id") && it["id"].is_string()) item["id"] = it["id"];
-      if (it.contains("pinned")) {
+      if (!http::Absent(it, "id")) {
+        const std::string& id = it["id"].get_ref<const std::string&>();
+        // Ids appear in URL paths (/v1/conversations/{id}/items/{item}), which take these only.
+        const bool ok = !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
+          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+        });
+        if (!ok) return http::BadRequest(p + ".id must be 1 to 64 letters, digits, '_' or '-'", p + ".id", "invalid_value");
+        item["id"] = id;
+      }
+      if (!http::Absent(it, "pinned")) {
         if (!it["pinned"].is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
         item["pinned"] = it["pinned"];
       }
       items.push_back(std::move(item));
     }
   } else {
-    return http::BadRequest("'input' must be a string or an array of items", "input", "invalid_type");
+    return http::BadRequest("'" + param + "' must be a string or an array of items", param, "invalid_type");
   }
   for (auto& it : items) {
     if (!it.contains("id")) it["id"] = NewId("msg_");
@@ -61,14 +80,17 @@ std::variant<Json, ApiError> InputItems(const Json& input) {
   return items;
 }
 
+// Appends the messages of normalized items (InputItems' output, or stored items; anything else in
+// them is skipped, never thrown on).
 void AppendMessages(const Json& items, std::vector<ChatMessage>* out, std::vector<bool>* pinned) {
   for (const auto& it : items) {
-    if (!it.is_object() || it.value("type", "message") != "message") continue;
-    std::string role = it.value("role", "user");
+    if (!it.is_object() || http::ValueOr(it, "type", "message") != "message") continue;
+    const Json role_j = http::ValueOr(it, "role", "user");
+    std::string role = role_j.is_string() ? role_j.get<std::string>() : "user";
     if (role == "developer") role = "system";
-    auto text = it.contains("content") ? PartsText(it["content"]) : std::optional<std::string>("");
+    auto text = http::Absent(it, "content") ? std::optional<std::string>("") : PartsText(it["content"]);
     out->push_back(ChatMessage{role, text.value_or("")});
-    pinned->push_back(it.value("pinned", false));
+    pinned->push_back(http::BoolOr(it, "pinned", false));
   }
 }
 
@@ -85,25 +107,28 @@ Json ResponseObject(const StoredResponse& r, const Json& request, const Json& ou
             {"status", r.status},
             {"error", nullptr},
             {"incomplete_details", r.status == "incomplete" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
-            {"instructions", request.value("instructions", Json(nullptr))},
-            {"max_output_tokens", request.value("max_output_tokens", Json(nullptr))},
+            {"instructions", http::ValueOr(request, "instructions", nullptr)},
+            {"max_output_tokens", http::ValueOr(request, "max_output_tokens", nullptr)},
             {"model", r.model},
             {"output", output},
             {"parallel_tool_calls", false},
             {"previous_response_id", r.previous_response_id ? Json(*r.previous_response_id) : Json(nullptr)},
-            {"store", request.value("store", true)},
-            {"temperature", request.value("temperature", 1.0)},
-            {"top_p", request.value("top_p", 1.0)},
+            {"store", http::BoolOr(request, "store", true)},
+            {"temperature", http::ValueOr(request, "temperature", 1.0)},
+            {"top_p", http::ValueOr(request, "top_p", 1.0)},
             {"text", {{"format", {{"type", "text"}}}}},
             {"tool_choice", "auto"},
             {"tools", Json::array()},
-            {"truncation", request.value("truncation", "disabled")},
+            {"truncation", http::ValueOr(request, "truncation", "disabled")},
             {"usage", usage},
-            {"metadata", request.value("metadata", Json::object())}};
+            {"metadata", http::ValueOr(request, "metadata", Json::object())}};
   if (r.conversation_id) j["conversation"] = {{"id", *r.conversation_id}};
   std::string text;
   for (const auto& it : output) {
-    for (const auto& part : it.value("content", Json::array())) text += part.value("text", "");
+    if (!it.is_object() || http::Absent(it, "content") || !it["content"].is_array()) continue;
+    for (const auto& part : it["content"]) {
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+    }
   }
   j["output_text"] = text;
   return j;
@@ -140,34 +165,39 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   Store* store = service_.store();
   auto parsed = http::ParseBody(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
-  Json body = std::get<Json>(parsed);
-  if (auto e = http::CheckKnownFields(body, {"model", "input", "instructions", "previous_response_id", "conversation",
-                                             "store", "max_output_tokens", "temperature", "top_p", "truncation",
-                                             "stream", "metadata", "user", "seed", "top_k", "min_p", "stop",
-                                             "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                             "ignore_eos", "min_tokens", "parallel_tool_calls", "tool_choice",
-                                             "tools", "text", "reasoning", "service_tier", "context_budget",
-                                             "context_mode", "context_preset", "context_relevance",
-                                             "context_keep_last", "include"})) {
-    return http::SendError(res, *e);
+  Json body = std::move(std::get<Json>(parsed));
+  using namespace http;  // FieldType bits
+  if (auto e = CheckFields(body, {{"model", kString}, {"input", kString | kArray}, {"instructions", kString},
+                                  {"previous_response_id", kString}, {"conversation", kString | kObject},
+                                  {"store", kBool}, {"max_output_tokens", kInteger}, {"temperature", kNumber},
+                                  {"top_p", kNumber}, {"truncation", kString}, {"stream", kBool},
+                                  {"metadata", kObject}, {"user", kString}, {"seed", kInteger}, {"top_k", kInteger},
+                                  {"min_p", kNumber}, {"stop", kString | kArray}, {"presence_penalty", kNumber},
+                                  {"frequency_penalty", kNumber}, {"repetition_penalty", kNumber},
+                                  {"ignore_eos", kBool}, {"min_tokens", kInteger}, {"parallel_tool_calls", kBool},
+                                  {"tool_choice", kString | kObject}, {"tools", kArray}, {"text", kObject},
+                                  {"reasoning", kObject}, {"service_tier", kString}, {"context_budget", kNumber},
+                                  {"context_mode", kString}, {"context_preset", kString},
+                                  {"context_relevance", kString}, {"context_keep_last", kInteger},
+                                  {"include", kArray}})) {
+    return SendError(res, *e);
   }
-  if (body.contains("tools") && body["tools"].is_array() && !body["tools"].empty()) {
-    return http::SendError(res, http::BadRequest("tools are not supported", "tools", "unsupported_parameter"));
+  if (!Absent(body, "tools") && !body["tools"].empty()) {
+    return SendError(res, BadRequest("tools are not supported", "tools", "unsupported_parameter"));
   }
-  if (!body.contains("input")) return http::SendError(res, http::BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
-  auto items_v = InputItems(body["input"]);
-  if (auto* e = std::get_if<ApiError>(&items_v)) return http::SendError(res, *e);
+  if (Absent(body, "input")) {
+    return SendError(res, BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
+  }
+  auto items_v = InputItems(body["input"], "input");
+  if (auto* e = std::get_if<ApiError>(&items_v)) return SendError(res, *e);
   Json input_items = std::get<Json>(items_v);
-  const bool store_it = body.value("store", true) == true;
-  const std::string truncation = body.contains("truncation") && body["truncation"].is_string() ? body["truncation"].get<std::string>() : "disabled";
+  const bool store_it = BoolOr(body, "store", true);
+  const std::string truncation = Absent(body, "truncation") ? "disabled" : body["truncation"].get<std::string>();
   if (truncation != "disabled" && truncation != "auto") {
-    return http::SendError(res, http::BadRequest("'truncation' must be 'auto' or 'disabled'", "truncation", "invalid_value"));
+    return SendError(res, BadRequest("'truncation' must be 'auto' or 'disabled'", "truncation", "invalid_value"));
   }
-  if (body.contains("metadata")) {
-    if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
-  }
-  if (body.contains("instructions") && !body["instructions"].is_null() && !body["instructions"].is_string()) {
-    return http::SendError(res, http::BadRequest("'instructions' must be a string", "instructions", "invalid_type"));
+  if (!Absent(body, "metadata")) {
+    if (auto e = CheckMetadata(body["metadata"])) return SendError(res, *e);
   }
   TurnSpec spec;
   spec.owner = owner;
@@ -178,13 +208,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   // The history: a previous response's chain, or a conversation's items.
   std::vector<ChatMessage> history;
   std::optional<std::string> prev_id, conv_id;
-  if (body.contains("previous_response_id") && !body["previous_response_id"].is_null()) {
-    if (!body["previous_response_id"].is_string()) {
-      return http::SendError(res, http::BadRequest("'previous_response_id' must be a string", "previous_response_id", "invalid_type"));
-    }
-    prev_id = body["previous_response_id"].get<std::string>();
-  }
-  if (body.contains("conversation") && !body["conversation"].is_null()) {
+  if (!Absent(body, "previous_response_id")) prev_id = body["previous_response_id"].get<std::string>();
+  if (!Absent(body, "conversation")) {
     const Json& c = body["conversation"];
     if (c.is_string()) conv_id = c.get<std::string>();
     else if (c.is_object() && c.contains("id") && c["id"].is_string()) conv_id = c["id"].get<std::string>();
@@ -260,7 +285,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     const int max_ctx = service_.engine().max_context();
     if (static_cast<int>(std::get<0>(toks).size()) >= max_ctx) spec.context.budget = std::max(1, max_ctx * 3 / 4);
   }
-  const bool stream = body.value("stream", false) == true;
+  const bool stream = BoolOr(body, "stream", false);
   auto started = service_.Start(spec);
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
@@ -417,8 +442,8 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
   const bool items_path = req.matches.size() > 2 && req.matches[2].length() > 0;
   auto not_found = [&] { http::SendError(res, http::NotFound("Conversation with id '" + conv + "' not found.")); };
   auto parse_items = [&](const Json& body, std::vector<NewItem>* out) -> std::optional<ApiError> {
-    if (!body.contains("items")) return std::nullopt;
-    auto v = InputItems(body["items"]);
+    if (http::Absent(body, "items")) return std::nullopt;
+    auto v = InputItems(body["items"], "items");
     if (auto* e = std::get_if<ApiError>(&v)) return *e;
     for (const auto& it : std::get<Json>(v)) out->push_back(NewItem{it["id"], it.dump()});
     return std::nullopt;
@@ -427,10 +452,10 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
     auto parsed = http::ParseBody(req.body.empty() ? "{}" : req.body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
     const Json& body = std::get<Json>(parsed);
-    if (auto e = http::CheckKnownFields(body, {"items", "metadata"})) return http::SendError(res, *e);
+    if (auto e = http::CheckFields(body, {{"items", http::kArray}, {"metadata", http::kObject}})) return http::SendError(res, *e);
     StoredConversation c;
     c.owner = owner;
-    if (body.contains("metadata") && !body["metadata"].is_null()) {
+    if (!http::Absent(body, "metadata")) {
       if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
       c.metadata_json = body["metadata"].dump();
     }
@@ -456,8 +481,8 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
     auto parsed = http::ParseBody(req.body);  // POST: update metadata
     if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
     const Json& body = std::get<Json>(parsed);
-    if (auto e = http::CheckKnownFields(body, {"metadata"})) return http::SendError(res, *e);
-    if (!body.contains("metadata")) return http::SendError(res, http::BadRequest("Missing required parameter: 'metadata'.", "metadata", "missing_required_parameter"));
+    if (auto e = http::CheckFields(body, {{"metadata", http::kObject}})) return http::SendError(res, *e);
+    if (http::Absent(body, "metadata")) return http::SendError(res, http::BadRequest("Missing required parameter: 'metadata'.", "metadata", "missing_required_parameter"));
     if (auto e = CheckMetadata(body["metadata"])) return http::SendError(res, *e);
     auto u = store.UpdateConversationMetadata(conv, owner, body["metadata"].dump());
     if (!u.ok()) return http::SendError(res, StoreFailure(u.error()));
@@ -478,7 +503,7 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
     auto parsed = http::ParseBody(req.body);  // POST: add items
     if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
     const Json& body = std::get<Json>(parsed);
-    if (auto e = http::CheckKnownFields(body, {"items"})) return http::SendError(res, *e);
+    if (auto e = http::CheckFields(body, {{"items", http::kArray}})) return http::SendError(res, *e);
     std::vector<NewItem> items;
     if (auto e = parse_items(body, &items)) return http::SendError(res, *e);
     if (items.empty()) return http::SendError(res, http::BadRequest("'items' must be a non-empty array", "items", "invalid_value"));

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <random>
 
 #include "server_process.h"
@@ -104,6 +105,302 @@ TEST(Input, DeepNestingIsRefusedAndTheServerLives) {
   EXPECT_EQ(text->status, 200) << text->body.substr(0, 300);
   // Still serving.
   auto ok = c.Post("/v1/responses", R"({"input":"Once upon a time","max_output_tokens":4,"temperature":0})");
+  ASSERT_TRUE(ok) << server.log();
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// JSON types a request member accepts, as the API documents them (the test's own copy of the
+// schema: the server's CheckFields tables must agree with it).
+enum : unsigned { S = 1, I = 2, N = 4, B = 8, A = 16, O = 32 };
+struct Field {
+  const char* name;
+  unsigned types;         // I: integers only; N: any number
+  bool required = false;  // null is then a 400 too
+};
+
+const std::vector<Field> kChatFields = {
+    {"model", S}, {"messages", A, true}, {"max_tokens", I}, {"max_completion_tokens", I}, {"temperature", N},
+    {"top_p", N}, {"n", I}, {"stream", B}, {"stream_options", O}, {"stop", S | A}, {"presence_penalty", N},
+    {"frequency_penalty", N}, {"seed", I}, {"user", S}, {"top_k", I}, {"min_p", N}, {"repetition_penalty", N},
+    {"ignore_eos", B}, {"min_tokens", I}, {"metadata", O}, {"store", B}, {"logprobs", B},
+    {"parallel_tool_calls", B}, {"service_tier", S}, {"context_budget", N}, {"context_mode", S},
+    {"context_preset", S}, {"context_relevance", S}, {"context_keep_last", I}, {"include", A}};
+
+const std::vector<Field> kResponsesFields = {
+    {"model", S}, {"input", S | A, true}, {"instructions", S}, {"previous_response_id", S},
+    {"conversation", S | O}, {"store", B}, {"max_output_tokens", I}, {"temperature", N}, {"top_p", N},
+    {"truncation", S}, {"stream", B}, {"metadata", O}, {"user", S}, {"seed", I}, {"top_k", I}, {"min_p", N},
+    {"stop", S | A}, {"presence_penalty", N}, {"frequency_penalty", N}, {"repetition_penalty", N},
+    {"ignore_eos", B}, {"min_tokens", I}, {"parallel_tool_calls", B}, {"tool_choice", S | O}, {"tools", A},
+    {"text", O}, {"reasoning", O}, {"service_tier", S}, {"context_budget", N}, {"context_mode", S},
+    {"context_preset", S}, {"context_relevance", S}, {"context_keep_last", I}, {"include", A}};
+
+const std::vector<Field> kCompletionsFields = {
+    {"model", S}, {"prompt", S, true}, {"max_tokens", I}, {"temperature", N}, {"top_p", N}, {"n", I},
+    {"stream", B}, {"stream_options", O}, {"stop", S | A}, {"presence_penalty", N}, {"frequency_penalty", N},
+    {"seed", I}, {"user", S}, {"top_k", I}, {"min_p", N}, {"repetition_penalty", N}, {"ignore_eos", B},
+    {"min_tokens", I}, {"echo", B}, {"logprobs", I}, {"best_of", I}, {"suffix", S}};
+
+struct Probe {
+  Json value;
+  unsigned type;  // 0 for null
+};
+
+// Library exception text that must never reach a client.
+bool LeaksInternals(const std::string& body) {
+  for (const char* s : {"json.exception", "type_error", "parse_error", "out_of_range", "std::", "basic_string",
+                        "what():", "/tmp/", ".db"}) {
+    if (body.find(s) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Every member of both generation endpoints (and completions) with a value of every JSON type:
+// a type the member does not take is a 400 invalid_type naming it; null is absent (200) unless the
+// member is required; a type it takes is never a 5xx.
+TEST(Input, EveryFieldWithEveryWrongTypeIsA400NamingIt) {
+  ServerProcess server({"--db", TempDb("types")});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  const std::vector<Probe> probes = {{"x", S},   {1.5, N},          {7, I | N},
+                                     {true, B},  {nullptr, 0},      {Json::array(), A},
+                                     {Json{{"a", 1}}, O}};
+  struct Endpoint {
+    const char* path;
+    Json base;
+    const std::vector<Field>* fields;
+  };
+  const std::vector<Endpoint> endpoints = {
+      {"/v1/chat/completions",
+       {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}}, {"max_tokens", 2}, {"temperature", 0}},
+       &kChatFields},
+      {"/v1/responses", {{"input", "Once upon a time"}, {"max_output_tokens", 2}, {"temperature", 0}, {"store", false}},
+       &kResponsesFields},
+      {"/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 2}, {"temperature", 0}},
+       &kCompletionsFields},
+  };
+  int sent = 0, wrong_type = 0;
+  for (const Endpoint& ep : endpoints) {
+    for (const Field& f : *ep.fields) {
+      for (const Probe& p : probes) {
+        Json body = ep.base;
+        body[f.name] = p.value;
+        const std::string what = std::string(ep.path) + " " + f.name + "=" + p.value.dump();
+        auto r = c.Post(ep.path, body.dump());
+        sent++;
+        ASSERT_TRUE(r) << what << ": no response\nserver log:\n" << server.log();
+        EXPECT_LT(r->status, 500) << what << ": " << r->body.substr(0, 300);
+        EXPECT_FALSE(LeaksInternals(r->body)) << what << ": " << r->body.substr(0, 300);
+        if (p.type == 0) {
+          if (f.required) {
+            EXPECT_EQ(r->status, 400) << what;
+          } else {
+            EXPECT_EQ(r->status, 200) << what << ": " << r->body.substr(0, 300);
+          }
+        } else if (!(p.type & f.types)) {
+          wrong_type++;
+          Json e = ErrorOf(r, what);
+          EXPECT_EQ(r->status, 400) << what;
+          if (e.is_object()) {
+            EXPECT_EQ(e["param"], f.name) << what << ": " << r->body;
+            EXPECT_EQ(e["code"], "invalid_type") << what << ": " << r->body;
+          }
+        } else if (r->status >= 400) {
+          ErrorOf(r, what);
+        }
+      }
+    }
+  }
+  EXPECT_GT(wrong_type, 300);
+  // Members inside members, and the other JSON endpoints.
+  struct Case {
+    const char* path;
+    std::string body;
+    const char* param;
+  };
+  const std::vector<Case> nested = {
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":"yes"}})", "stream_options.include_usage"},
+      {"/v1/chat/completions", R"({"messages":[{"role":7,"content":"x"}]})", "messages[0].role"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":{"text":"x"}}]})", "messages[0].content"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x","pinned":"yes"}]})", "messages[0].pinned"},
+      {"/v1/responses", R"({"input":[{"type":7,"role":"user","content":"x"}]})", "input[0].type"},
+      {"/v1/responses", R"({"input":[{"role":"user","content":"x","id":7}]})", "input[0].id"},
+      {"/v1/responses", R"({"input":[{"role":["user"],"content":"x"}]})", "input[0].role"},
+      {"/v1/responses", R"({"input":[{"role":"user","content":[{"type":"input_text","text":7}]}]})", "input[0].content"},
+      {"/tokenize", R"({"content":"x","add_special":"yes"})", "add_special"},
+      {"/tokenize", R"({"messages":[{"role":7,"content":"x"}]})", "messages[0].role"},
+      {"/tokenize", R"({"content":7})", "content"},
+      {"/detokenize", R"({"tokens":"1 2 3"})", "tokens"},
+      {"/v1/conversations", R"({"items":"x"})", "items"},
+      {"/v1/conversations", R"({"metadata":"x"})", "metadata"},
+      {"/v1/conversations", R"({"items":[{"role":"user","content":"x","pinned":1}]})", "items[0].pinned"},
+  };
+  for (const Case& k : nested) {
+    const std::string what = std::string(k.path) + " " + k.body;
+    auto r = c.Post(k.path, k.body);
+    Json e = ErrorOf(r, what);
+    ASSERT_TRUE(r && e.is_object()) << what;
+    EXPECT_EQ(r->status, 400) << what << ": " << r->body;
+    EXPECT_EQ(e["param"], k.param) << what << ": " << r->body;
+    EXPECT_EQ(e["code"], "invalid_type") << what << ": " << r->body;
+  }
+  // temperature and top_p null count as absent, and the response reports the defaults.
+  auto r = c.Post("/v1/responses", R"({"input":"hi","max_output_tokens":2,"temperature":null,"top_p":null,"store":null,"truncation":null,"stream":null,"metadata":null})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["temperature"], 1.0);
+  EXPECT_EQ(j["top_p"], 1.0);
+  EXPECT_EQ(j["store"], true);
+  EXPECT_EQ(j["truncation"], "disabled");
+  EXPECT_EQ(c.c.Get(("/v1/responses/" + j["id"].get<std::string>()).c_str())->status, 200);  // stored
+  auto h = c.c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  std::printf("%d requests, %d with a wrong type\n", sent, wrong_type);
+}
+
+// A random JSON value of any type, nested at most `depth` more levels.
+Json RandomValue(std::mt19937_64& rng, int depth) {
+  static const char* strings[] = {"", "x", "user", "assistant", "system", "message", "auto", "disabled",
+                                  "exact", "reuse", "keyword", "\xc3\xa9t\xc3\xa9", "\\u0000", "msg_1",
+                                  "mnemo_context.scores", "Once upon a time"};
+  switch (rng() % (depth > 0 ? 9 : 7)) {
+    case 0: return nullptr;
+    case 1: return rng() % 2 == 0;
+    case 2: return static_cast<int64_t>(rng() % 5) - 1;
+    case 3: {
+      const int64_t big[] = {INT64_MIN, INT64_MAX, 1 << 20, -(1 << 20), 100000, 2};
+      return big[rng() % 6];
+    }
+    case 4: {
+      const double d[] = {0.5, -0.0, 1e308, -1e-300, 2.5, 0.999};
+      return d[rng() % 6];
+    }
+    case 5: return strings[rng() % std::size(strings)];
+    case 6: return std::string(rng() % 2000, "ab .\n"[rng() % 5]);
+    case 7: {
+      Json a = Json::array();
+      for (int i = static_cast<int>(rng() % 4); i > 0; i--) a.push_back(RandomValue(rng, depth - 1));
+      return a;
+    }
+    default: {
+      static const char* keys[] = {"role", "content", "type", "text", "id", "pinned", "include_usage", "zz"};
+      Json o = Json::object();
+      for (int i = static_cast<int>(rng() % 4); i > 0; i--) o[keys[rng() % std::size(keys)]] = RandomValue(rng, depth - 1);
+      return o;
+    }
+  }
+}
+
+// A random array or object inside `v` (v itself included), or nullptr when there is none.
+Json* RandomContainer(std::mt19937_64& rng, Json& v) {
+  std::vector<Json*> all;
+  std::vector<Json*> todo = {&v};
+  while (!todo.empty()) {
+    Json* x = todo.back();
+    todo.pop_back();
+    if (!x->is_structured()) continue;
+    all.push_back(x);
+    for (auto& child : *x) todo.push_back(&child);
+  }
+  return all.empty() ? nullptr : all[rng() % all.size()];
+}
+
+// A few hundred random mutations of valid bodies (members replaced, removed, added, at any depth;
+// bytes cut, changed or inserted) on every JSON endpoint: no 5xx, no exception text, and the
+// server answers normally afterwards. Deterministic seed; bounded in time.
+TEST(Input, RandomMutationsOfValidBodiesNeverGetA5xx) {
+  ServerProcess server({"--db", TempDb("fuzz")});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  auto conv = c.Post("/v1/conversations", R"({"metadata":{"k":"v"}})");
+  ASSERT_TRUE(conv && conv->status == 200) << (conv ? conv->body : "");
+  const std::string conv_id = Json::parse(conv->body)["id"];
+  struct Seed {
+    std::string path;
+    Json body;
+    const char* max_field;  // the output limit, put back after mutating to keep turns short
+  };
+  const std::vector<Seed> seeds = {
+      {"/v1/chat/completions",
+       {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Once upon a time"}}}},
+        {"max_tokens", 2}, {"temperature", 0.5}, {"stop", {"."}}, {"stream", false}, {"stream_options", {{"include_usage", true}}},
+        {"context_budget", 0.5}, {"include", {"mnemo_context.scores"}}},
+       "max_tokens"},
+      {"/v1/responses",
+       {{"input", {{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "Lily"}}}}}}},
+        {"max_output_tokens", 2}, {"instructions", "Tell a story."}, {"metadata", {{"a", "b"}}}, {"truncation", "auto"},
+        {"store", true}, {"top_p", 0.9}},
+       "max_output_tokens"},
+      {"/v1/responses", {{"input", "hi"}, {"max_output_tokens", 2}, {"conversation", conv_id}}, "max_output_tokens"},
+      {"/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}, {"echo", false}, {"seed", 3}}, "max_tokens"},
+      {"/tokenize", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"add_special", true}}, nullptr},
+      {"/detokenize", {{"tokens", {1, 2, 3}}}, nullptr},
+      {"/v1/conversations", {{"items", {{{"role", "user"}, {"content", "hi"}}}}, {"metadata", {{"k", "v"}}}}, nullptr},
+      {"/v1/conversations/" + conv_id + "/items", {{"items", {{{"role", "assistant"}, {"content", "ok"}}}}}, nullptr},
+  };
+  std::mt19937_64 rng(20261201);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int sent = 0;
+  std::map<int, int> by_status;
+  for (int i = 0; i < 400 && std::chrono::steady_clock::now() < deadline; i++) {
+    const Seed& seed = seeds[rng() % seeds.size()];
+    Json body = seed.body;
+    for (int m = 1 + static_cast<int>(rng() % 3); m > 0; m--) {
+      Json* at = RandomContainer(rng, body);
+      if (!at) break;
+      const int op = static_cast<int>(rng() % 3);
+      if (at->is_object()) {
+        if (op == 0 && !at->empty()) {
+          auto it = at->begin();
+          std::advance(it, rng() % at->size());
+          at->erase(it);
+        } else if (op == 1 || at->empty()) {
+          (*at)["zz" + std::to_string(rng() % 3)] = RandomValue(rng, 2);
+        } else {
+          auto it = at->begin();
+          std::advance(it, rng() % at->size());
+          *it = RandomValue(rng, 2);
+        }
+      } else if (at->is_array()) {
+        if (op == 0 && !at->empty()) {
+          at->erase(at->begin() + static_cast<std::ptrdiff_t>(rng() % at->size()));
+        } else if (op == 1 || at->empty()) {
+          at->push_back(RandomValue(rng, 2));
+        } else {
+          (*at)[rng() % at->size()] = RandomValue(rng, 2);
+        }
+      }
+    }
+    if (seed.max_field && body.is_object() && rng() % 8 != 0) body[seed.max_field] = 2;
+    std::string text = body.dump();
+    if (rng() % 5 == 0 && !text.empty()) {  // byte-level damage
+      const size_t pos = rng() % text.size();
+      const char junk[] = "{}[]\",:0aZ\\\x80\xff";
+      switch (rng() % 3) {
+        case 0: text.resize(pos); break;
+        case 1: text[pos] = junk[rng() % (sizeof junk - 1)]; break;
+        default: text = text.substr(0, pos) + junk[rng() % (sizeof junk - 1)] + text.substr(pos);
+      }
+    }
+    auto r = c.Post(seed.path, text);
+    sent++;
+    ASSERT_TRUE(r) << seed.path << " " << text.substr(0, 300) << ": no response\nserver log:\n" << server.log();
+    by_status[r->status]++;
+    EXPECT_LT(r->status, 500) << seed.path << " " << text.substr(0, 300) << ": " << r->body.substr(0, 300);
+    EXPECT_FALSE(LeaksInternals(r->body)) << seed.path << " " << text.substr(0, 300) << ": " << r->body.substr(0, 300);
+    if (r->status >= 400) ErrorOf(r, seed.path + " " + text.substr(0, 300));
+  }
+  EXPECT_GE(sent, 100);
+  std::string summary;
+  for (auto [status, n] : by_status) {
+    char part[32];
+    std::snprintf(part, sizeof part, " %d:%d", status, n);
+    summary += part;
+  }
+  std::printf("%d mutated requests, by status:%s\n", sent, summary.c_str());
+  auto ok = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4})");
   ASSERT_TRUE(ok) << server.log();
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
