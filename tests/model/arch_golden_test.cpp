@@ -1,7 +1,6 @@
 // Every architecture against llama.cpp: make-model regenerates each tiny f32 model from its seed
 // (its sha256 must equal the recorded one), and mnemo's logits must match the logits llama.cpp
 // computed on the same file (tests/data/arch_logits, see PROVENANCE.md there).
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -16,35 +15,9 @@ namespace mnemo {
 namespace {
 
 using testing::ArgMax;
+using testing::RelRms;
+using testing::Sha256Hex;
 using testing::SharedPath;
-
-std::string Sha256File(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned i = 0; i < n; i++) {
-    std::snprintf(buf, sizeof buf, "%02x", md[i]);
-    hex += buf;
-  }
-  return hex;
-}
-
-// rms(got - ref) / rms(ref - mean(ref)).
-double RelRms(const std::vector<float>& got, const std::vector<float>& ref) {
-  double mean = 0;
-  for (float r : ref) mean += r;
-  mean /= double(ref.size());
-  double d = 0, s = 0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    d += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    s += (ref[i] - mean) * (ref[i] - mean);
-  }
-  return std::sqrt(d / s);
-}
 
 class ArchGolden : public ::testing::TestWithParam<std::string> {};
 
@@ -63,7 +36,7 @@ TEST_P(ArchGolden, LogitsMatchLlamaCpp) {
   o.output_path = std::string(MNEMO_BINARY_DIR) + "/arch_golden_" + arch + "." + std::to_string(getpid()) + ".gguf";
   Status st = MakeModel(o);
   ASSERT_TRUE(st.ok()) << st.error().message;
-  const std::string sha = Sha256File(o.output_path);
+  const std::string sha = Sha256Hex(o.output_path);
   ASSERT_EQ(sha, ref["sha256"].get<std::string>())
       << "make-model no longer writes the bytes the llama.cpp reference was computed on: re-record "
          "tests/data/arch_logits (PROVENANCE.md) if the change is intended";

@@ -5,7 +5,6 @@
 // position's logits <= 1e-3 on the exact path (f32), <= 0.03 on the bf16 path, same top-1.
 // Also: windowed attention over cached KV equals a whole prefill, whatever the chunking.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -22,21 +21,6 @@ namespace mnemo::testing {
 namespace {
 
 using kernels::Precision;
-
-std::string Sha256Hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned int i = 0; i < n; i++) {
-    std::snprintf(buf, sizeof buf, "%02x", md[i]);
-    hex += buf;
-  }
-  return hex;
-}
 
 // `mnemo make-model --arch ARCH --preset tiny --dtype f32 --seed 1 --vocab ggml-vocab-llama-spm.gguf`,
 // written once per process, into a file of this process (ctest runs each test as its own process,
@@ -88,19 +72,6 @@ std::vector<float> LastLogits(Model& m, const std::vector<int32_t>& tokens) {
   Seq s;
   auto all = Step(m, kv, blocks, s, tokens, 0, int(tokens.size()));
   return std::vector<float>(all.end() - vocab, all.end());
-}
-
-// rms(got - ref) / rms(ref - mean(ref)).
-double RelRms(const std::vector<float>& got, const std::vector<float>& ref) {
-  double mean = 0;
-  for (float r : ref) mean += r;
-  mean /= double(ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); i++) {
-    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-    den += (ref[i] - mean) * (ref[i] - mean);
-  }
-  return std::sqrt(num / den);
 }
 
 void CheckAgainstLlamaCpp(const std::string& arch) {

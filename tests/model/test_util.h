@@ -1,10 +1,15 @@
-// Helpers for model tests: load stories260K, run sequences through the paged forward pass.
+// Helpers for model tests: load stories260K, run sequences through the paged forward pass, compare
+// logits with llama.cpp's (relative RMS), check the bytes of a generated file (sha256).
 #pragma once
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -91,5 +96,36 @@ inline std::vector<float> Step(Model& m, KvStorage& kv, Blocks& blocks, Seq& s,
 }
 
 inline int ArgMax(const float* x, int n) { return int(std::max_element(x, x + n) - x); }
+
+// rms(got - ref) / rms(ref - mean(ref)): the bound of the golden tests against llama.cpp (issue 10).
+inline double RelRms(const std::vector<float>& got, const std::vector<float>& ref) {
+  double mean = 0;
+  for (float r : ref) mean += r;
+  mean /= double(ref.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += (ref[i] - mean) * (ref[i] - mean);
+  }
+  return std::sqrt(num / den);
+}
+
+// Lower-case hex sha256 of a file's bytes (reads it whole: test models of a few MiB). Links
+// OpenSSL::Crypto.
+inline std::string Sha256Hex(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), md, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < n; i++) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    hex += buf;
+  }
+  return hex;
+}
 
 }  // namespace mnemo::testing
