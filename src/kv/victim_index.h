@@ -5,7 +5,10 @@
 // fixed while a chunk sits idle, and Value is nondecreasing in the weight and in the time of last
 // activity. Records of one tier with equal weight form a class; within a class, the record idle
 // longest has the smallest key. So each tier keeps
-//   - its classes in weight order, each holding its records by (last activity, record id), and
+//   - its classes in weight order, each holding its records in a min-heap by (last activity,
+//     record id) (only the front is ever read; a heap in one array costs no allocation per record
+//     and touches few cache lines: a record filed at the newest time, the common case, stays
+//     at the bottom in O(1)), and
 //   - the classes' fronts (their oldest record) by (last activity, weight),
 // and Pick walks both orders at once (Fagin's threshold algorithm): after visiting class a in
 // weight order and front b in time order, every class not visited yet has weight >= a's next and
@@ -15,7 +18,8 @@
 // number of distinct weights in the tier: for Pensieve one per chunk position (context / 16), and
 // typically 1-3, since the lightest class's oldest record usually wins; for LRU, whose Value is
 // the time alone, the oldest front is the answer (one or two steps, more only on equal times).
-// File and Unfile cost O(log n) (a few ordered-set operations).
+// File and Unfile cost O(log n): a heap sift within the class and, when its front changes, an
+// ordered-set update of the fronts.
 //
 // Not thread-safe: owned by the cache manager (the engine thread).
 #pragma once
@@ -57,17 +61,37 @@ class VictimIndex {
  private:
   struct Entry {
     int8_t tier = -1;  // -1: not filed
+    int32_t pos = -1;  // its place in its class's heap
     double weight = 0;
     double last_active = 0;
   };
-  using ByTime = std::set<std::pair<double, int32_t>>;  // {(last_active, rec)}
+  struct Slot {
+    double last_active;
+    int32_t rec;
+    bool operator<(const Slot& o) const { return last_active < o.last_active || (last_active == o.last_active && rec < o.rec); }
+  };
+  // One class's records, a binary min-heap by (last_active, rec): [0] is the oldest. Each record's
+  // Entry::pos follows it.
+  struct ByTime {
+    std::vector<Slot> heap;
+    bool empty() const { return heap.empty(); }
+    size_t size() const { return heap.size(); }
+    const Slot& front() const { return heap[0]; }
+  };
   struct TierIndex {
-    std::map<double, ByTime> classes;          // weight -> its records, oldest first; never empty
+    std::map<double, ByTime> classes;          // weight -> its records; never empty
     // {(front's last_active, weight, the class)}, one per class. The class pointer saves Pick a
     // lookup per step (map nodes do not move); weights are unique, so it never decides the order.
     std::set<std::tuple<double, double, const ByTime*>> fronts;
     size_t size = 0;                             // records filed
   };
+
+  void SiftUp(ByTime& c, size_t i);
+  void SiftDown(ByTime& c, size_t i);
+  void Place(ByTime& c, size_t i, const Slot& s) {
+    c.heap[i] = s;
+    entries_[s.rec].pos = static_cast<int32_t>(i);
+  }
 
   std::vector<Entry> entries_;  // [records] by record id, grown on demand
   TierIndex tiers_[kTiers];
