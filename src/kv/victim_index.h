@@ -16,8 +16,9 @@
 // walk stops when the best key seen is no greater. The answer is exact (the minimum key over every
 // filed record; ties between equal keys go to either). Its cost is O(classes visited), at most the
 // number of distinct weights in the tier: for Pensieve one per chunk position (context / 16), and
-// typically 1-3, since the lightest class's oldest record usually wins; for LRU, whose Value is
-// the time alone, the oldest front is the answer (one or two steps, more only on equal times).
+// often 1-3, since the lightest class's oldest record usually wins (bench cache, 4,096 sessions
+// idle since distinct times, visits ~40 of 64); for LRU, whose Value is the time alone, the
+// oldest front is the answer (one or two steps, more only on equal times).
 // File and Unfile cost O(log n): a heap sift within the class and, when its front changes, an
 // ordered-set update of the fronts.
 //
