@@ -9,8 +9,9 @@
 // Bounds, relative RMS of the logits (rms(Δ) / rms(ref − mean(ref))):
 //   exact path (Precision::kF32, f32 K/V) against the twin: <= 1e-3, same top-1;
 //   fast path (Precision::kBF16, bf16 K/V: int8 activations against block weights) against the
-//   twin: <= 0.03, same top-1. (llama.cpp's own run of the quantized file is up to 0.02 from its
-//   twin: it rounds activations to 8 bits too; that figure is printed beside mnemo's.)
+//   twin and against llama.cpp on the quantized file: <= 0.03, same top-1. (llama.cpp's own run
+//   of the quantized file is up to 0.02 from its twin: it rounds activations to 8 bits too; that
+//   figure is printed beside mnemo's.)
 // ctest runs this binary a second time under MNEMO_KERNELS_PORTABLE=1, so the fast path is
 // checked on both kernel dispatch paths. That run checks the fast path on the short prompt only:
 // the scalar int8 GEMV (GemvQRef) runs the same code for any number of tokens and would take
@@ -108,6 +109,7 @@ TEST_P(TypeGolden, LogitsMatchLlamaCpp) {
     std::printf("%-13s %2zu tokens%s: fast vs twin %.4f, vs Q %.4f | llama.cpp Q vs twin %.4f", name.c_str(), ids.size(),
                 portable ? " (portable kernels)" : "", fast_twin, fast_q, RelRms(lq, twin));
     EXPECT_LE(fast_twin, 0.03);
+    EXPECT_LE(fast_q, 0.03);  // the issue allows either reference; both hold (at most 0.023 when recorded)
     EXPECT_EQ(ArgMax(f->data(), int(f->size())), top);
     if (!portable) {
       auto e = PromptLogits(*exact, ids, false, DType::F32);
