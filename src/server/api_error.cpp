@@ -1,5 +1,7 @@
 #include "server/api_error.h"
 
+#include "base/log.h"
+
 namespace mnemo {
 
 ApiError ToApiError(const Error& e, const std::string& prefix, std::string param) {
@@ -44,9 +46,12 @@ ApiError ToApiError(const Error& e, const std::string& prefix, std::string param
     case StatusCode::kOk:
     case StatusCode::kDataLoss:
     case StatusCode::kInternal:
+      // The detail (a store's file path, a SQL statement, an internal id) stays in the log.
+      spdlog::error("{}{}", prefix, e.message);
       out.status = 500;
       out.type = "server_error";
       out.code = "server_error";
+      out.message = "The server had an error while processing your request.";
       break;
   }
   return out;

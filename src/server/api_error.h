@@ -32,6 +32,8 @@ using ApiResult = std::variant<T, ApiError>;
 //   kCancelled          499 invalid_request_error  cancelled   (nginx's "client closed request")
 //   kDataLoss, kInternal (and kOk) 500 server_error  server_error
 // `prefix` is put before the message (e.g. "store: "); param names the request field at fault.
+// A 500's message is generic: its detail (file paths, SQL, internal ids) is logged at error level
+// here and never reaches a client.
 ApiError ToApiError(const Error& e, const std::string& prefix = "", std::string param = "");
 
 }  // namespace mnemo

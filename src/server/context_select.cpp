@@ -122,7 +122,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   context::IdfEmbedder embedder(config_.embed, config_.embed_dim, &state->stats);
   std::vector<int32_t> query = tok_.Encode(msgs.back().content, false);
   auto scores = context::ScoreTurns(hist, turns, query, embedder, opts, &state->cache);
-  if (!scores.ok()) return ApiError{500, "server_error", scores.error().message, "", ""};
+  if (!scores.ok()) return ToApiError(scores.error(), "scoring the turns: ");
   report.scoring_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   report.method = spec.context.method;
   report.relevance = spec.context.relevance;

@@ -2,6 +2,7 @@
 // streaming events) and /v1/conversations with their items.
 #include <algorithm>
 #include <cctype>
+#include <set>
 
 #include "server/api_server.h"
 #include "server/http_util.h"
@@ -246,6 +247,25 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
     if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
     conv = **c;
+    // Client-chosen item ids are checked before any token is generated (a collision found only at
+    // the commit would waste the turn). Ids are scoped to the conversation, so this reveals
+    // nothing about other conversations or owners.
+    std::set<std::string> seen;
+    for (size_t i = 0; i < input_items.size(); i++) {
+      const std::string& id = input_items[i]["id"].get_ref<const std::string&>();
+      bool taken = !seen.insert(id).second;
+      if (!taken) {
+        auto got = store->GetConversationItem(*conv_id, owner, id);
+        if (!got.ok()) return http::SendError(res, StoreFailure(got.error()));
+        taken = got->has_value();
+      }
+      if (taken) {
+        const std::string p = "input[" + std::to_string(i) + "].id";
+        return http::SendError(res, ApiError{409, "invalid_request_error",
+                                             "The conversation already has an item with id '" + id + "'.", p,
+                                             "already_exists"});
+      }
+    }
     ListOptions lo;
     lo.limit = 10000;
     for (;;) {

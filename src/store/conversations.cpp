@@ -52,16 +52,16 @@ Result<std::vector<std::string>> Store::AddItemsTx(const std::string& conversati
       "INSERT INTO conversation_items(id, conversation_id, position, item_json, created_at) "
       "VALUES(?1, ?2, ?3, ?4, ?5)");
   if (!ins) return ins.error();
-  auto dup = writer_->Prepare("SELECT 1 FROM conversation_items WHERE id=?1");
+  auto dup = writer_->Prepare("SELECT 1 FROM conversation_items WHERE conversation_id=?1 AND id=?2");
   if (!dup) return dup.error();
   std::vector<std::string> ids;
   for (const NewItem& item : items) {
     auto id = store_internal::ItemIdFor(item);
     if (!id) return id.error();
     dup->Reset();
-    auto taken = dup->Bind(1, *id).Step();
+    auto taken = dup->Bind(1, conversation_id).Bind(2, *id).Step();
     if (!taken) return taken.error();
-    if (*taken) return MakeError("conversation item '%s' exists", id->c_str());
+    if (*taken) return MakeError(StatusCode::kAlreadyExists, "conversation item '%s' exists", id->c_str());
     ins->Reset();
     MNEMO_TRY(ins->Bind(1, *id).Bind(2, conversation_id).Bind(3, position++).Bind(4, item.item_json)
                   .Bind(5, now)

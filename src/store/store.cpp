@@ -87,6 +87,23 @@ CREATE TABLE responses(
 CREATE INDEX responses_by_session ON responses(session_id);
 CREATE INDEX responses_by_conversation ON responses(conversation_id);
 )sql",
+    // v1 -> v2: an item id is unique within its conversation, not across the store, so that a
+    // client-chosen id never collides with, nor probes for, another owner's items (issue 13).
+    R"sql(
+CREATE TABLE conversation_items_v2(
+  id TEXT NOT NULL,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  item_json TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  PRIMARY KEY(conversation_id, id),
+  UNIQUE(conversation_id, position)
+);
+INSERT INTO conversation_items_v2(id, conversation_id, position, item_json, created_at)
+  SELECT id, conversation_id, position, item_json, created_at FROM conversation_items;
+DROP TABLE conversation_items;
+ALTER TABLE conversation_items_v2 RENAME TO conversation_items;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

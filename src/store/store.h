@@ -110,7 +110,9 @@ struct StoredConversation {
 };
 
 // An item to add to a conversation. An empty id gets NewId("msg_") when item_json's "type" is
-// "message" (or absent), else NewId("item_"); item_json is stored as given.
+// "message" (or absent), else NewId("item_"); item_json is stored as given. Item ids are unique
+// within their conversation only (another conversation, of any owner, may use the same id); adding
+// one the conversation already has fails with kAlreadyExists.
 struct NewItem {
   std::string id;         // "msg_..."/"item_...", or "" to have one assigned
   std::string item_json;  // one item (JSON object text)
@@ -168,7 +170,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   const std::string& path() const { return path_; }
 
   // ---- sessions ----

@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 
+#include <sqlite3.h>
+
 #include "server_process.h"
 
 namespace mnemo::testing {
@@ -28,8 +30,10 @@ struct Client {
     c.set_read_timeout(60, 0);
     c.set_connection_timeout(5, 0);
   }
-  httplib::Result Post(const std::string& path, const std::string& body) {
-    return c.Post(path.c_str(), body, "application/json");
+  httplib::Result Post(const std::string& path, const std::string& body, const std::string& key = "") {
+    httplib::Headers h;
+    if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+    return c.Post(path.c_str(), h, body, "application/json");
   }
   httplib::Client c;
 };
@@ -403,6 +407,73 @@ TEST(Input, RandomMutationsOfValidBodiesNeverGetA5xx) {
   auto ok = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4})");
   ASSERT_TRUE(ok) << server.log();
   EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// The generated-token counter of /metrics.
+long CompletionTokens(Client& c) {
+  auto m = c.c.Get("/metrics");
+  if (!m) return -1;
+  const std::string key = "\nmnemo_completion_tokens_total ";  // the sample, not its # HELP line
+  auto p = m->body.find(key);
+  return p == std::string::npos ? -1 : std::stol(m->body.substr(p + key.size()));
+}
+
+// Client-chosen conversation item ids are scoped to their conversation: another key's use of the
+// same id neither collides nor shows (it was a 500 "conversation item '<id>' exists" after the
+// turn was generated, an existence oracle across keys); a repeat within the conversation is a 409
+// before any token is generated. A store failure's detail (the db path) stays in the log.
+TEST(Input, ItemIdsAreScopedToTheirConversationAndStoreErrorsShowNoPath) {
+  const std::string db = TempDb("ids");
+  ServerProcess server({"--db", db, "--api-key", "k1", "--api-key", "k2"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  auto a = c.Post("/v1/conversations", R"({"items":[{"id":"msg_shared","role":"user","content":"Lily"}]})", "k1");
+  ASSERT_TRUE(a && a->status == 200) << (a ? a->body : "");
+  const std::string conv_a = Json::parse(a->body)["id"];
+  auto b = c.Post("/v1/conversations", "{}", "k2");
+  ASSERT_TRUE(b && b->status == 200) << (b ? b->body : "");
+  const std::string conv_b = Json::parse(b->body)["id"];
+  const Json item = {{"id", "msg_shared"}, {"role", "user"}, {"content", "Once upon a time"}};
+  // Another key's conversation takes the same id.
+  auto r = c.Post("/v1/responses", Json{{"input", {item}}, {"conversation", conv_b}, {"max_output_tokens", 2}}.dump(), "k2");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto got = c.c.Get(("/v1/conversations/" + conv_b + "/items/msg_shared").c_str(), {{"Authorization", "Bearer k2"}});
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200) << got->body;
+  // Within one conversation: a 409 naming the item, before anything is generated.
+  const long tokens = CompletionTokens(c);
+  for (const Json& input : {Json::array({item}), Json::array({{{"id", "msg_x"}, {"role", "user"}, {"content", "a"}},
+                                                              {{"id", "msg_x"}, {"role", "user"}, {"content", "b"}}})}) {
+    r = c.Post("/v1/responses", Json{{"input", input}, {"conversation", conv_a}, {"max_output_tokens", 2}}.dump(), "k1");
+    Json e = ErrorOf(r, "repeated id");
+    ASSERT_TRUE(e.is_object());
+    EXPECT_EQ(r->status, 409) << r->body;
+    EXPECT_EQ(e["code"], "already_exists");
+    EXPECT_EQ(e["param"], input.size() == 1 ? "input[0].id" : "input[1].id") << r->body;
+  }
+  EXPECT_EQ(CompletionTokens(c), tokens);
+  r = c.Post("/v1/conversations/" + conv_a + "/items", Json{{"items", {item}}}.dump(), "k1");
+  Json e = ErrorOf(r, "repeated item");
+  ASSERT_TRUE(e.is_object());
+  EXPECT_EQ(r->status, 409) << r->body;
+  // A store that cannot be written (another process holds its write lock past the busy timeout):
+  // a 5xx whose message names no file; the log has the detail.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  r = c.Post("/v1/conversations", "{}", "k1");
+  sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  e = ErrorOf(r, "locked store");
+  ASSERT_TRUE(e.is_object());
+  EXPECT_GE(r->status, 500);
+  EXPECT_EQ(r->body.find(db), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find("database"), std::string::npos) << r->body;
+  EXPECT_NE(server.log().find(db), std::string::npos) << "the detail is logged";
+  r = c.Post("/v1/conversations", "{}", "k1");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
 }
 
 }  // namespace

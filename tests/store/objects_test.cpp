@@ -270,6 +270,39 @@ TEST_F(StoreObjects, ConversationOwnershipIsolation) {
   EXPECT_EQ((*list)->items.size(), 1u);
 }
 
+// An item id is unique within its conversation only: another owner's conversation may use the
+// same client-chosen id (no collision, so no way to probe for it); a repeat within one
+// conversation, or within one batch, is kAlreadyExists and adds nothing.
+TEST_F(StoreObjects, ItemIdsAreScopedToTheirConversation) {
+  StoredConversation a, b;
+  a.owner = "alice";
+  b.owner = "bob";
+  auto ca = store_->CreateConversation(a, std::vector<NewItem>{{"msg_1", R"({"type":"message","n":"a"})"}});
+  ASSERT_TRUE(ca.ok()) << ca.error().message;
+  auto cb = store_->CreateConversation(b, std::vector<NewItem>{{"msg_1", R"({"type":"message","n":"b"})"}});
+  ASSERT_TRUE(cb.ok()) << cb.error().message;
+  auto ia = store_->GetConversationItem(ca->id, "alice", "msg_1");
+  auto ib = store_->GetConversationItem(cb->id, "bob", "msg_1");
+  ASSERT_TRUE(ia.ok() && ia->has_value() && ib.ok() && ib->has_value());
+  EXPECT_EQ((*ia)->item_json, R"({"type":"message","n":"a"})");
+  EXPECT_EQ((*ib)->item_json, R"({"type":"message","n":"b"})");
+  auto again = store_->AddConversationItems(ca->id, "alice", std::vector<NewItem>{{"msg_1", R"({"type":"message"})"}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, StatusCode::kAlreadyExists);
+  auto twice = store_->AddConversationItems(
+      cb->id, "bob", std::vector<NewItem>{{"msg_2", R"({"type":"message"})"}, {"msg_2", R"({"type":"message"})"}});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().code, StatusCode::kAlreadyExists);
+  auto list = store_->ListConversationItems(cb->id, "bob", {});
+  ASSERT_TRUE(list.ok() && list->has_value());
+  EXPECT_EQ(Ids(**list), std::vector<std::string>{"msg_1"});  // the failed batch left nothing
+  // Deleting one conversation's item leaves the other's.
+  auto d = store_->DeleteConversationItem(ca->id, "alice", "msg_1");
+  ASSERT_TRUE(d.ok() && *d);
+  ib = store_->GetConversationItem(cb->id, "bob", "msg_1");
+  ASSERT_TRUE(ib.ok() && ib->has_value());
+}
+
 TEST_F(StoreObjects, CommitTurnWritesEverythingTogether) {
   StoredConversation c;
   auto conv = store_->CreateConversation(c, {});

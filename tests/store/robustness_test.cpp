@@ -219,6 +219,44 @@ TEST(StoreOpen, ForeignOrNewerDatabaseIsAnError) {
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
 }
 
+// A store written by schema version 1 (item ids unique across the store) opens at version 2 with
+// its items, which are then unique per conversation only.
+TEST(StoreOpen, VersionOneItemsMigrate) {
+  TempDir dir;
+  const std::string path = dir.File("v1.db");
+  ASSERT_TRUE(Store::Open(path).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const char* v1 = R"sql(
+DROP TABLE conversation_items;
+CREATE TABLE conversation_items(
+  id TEXT PRIMARY KEY,
+  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  item_json TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  UNIQUE(conversation_id, position)
+);
+DELETE FROM schema_version WHERE version = 2;
+INSERT INTO conversations(id, owner, created_at, metadata_json) VALUES('conv_a', 'alice', 1, '{}');
+INSERT INTO conversations(id, owner, created_at, metadata_json) VALUES('conv_b', 'bob', 1, '{}');
+INSERT INTO conversation_items VALUES('msg_1', 'conv_a', 0, '{"type":"message"}', 1);
+INSERT INTO conversation_items VALUES('msg_2', 'conv_a', 1, '{"type":"message"}', 2);
+)sql";
+  char* err = nullptr;
+  ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_close(db);
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto page = (*s)->ListConversationItems("conv_a", "alice", {});
+  ASSERT_TRUE(page.ok() && page->has_value());
+  ASSERT_EQ((*page)->items.size(), 2u);
+  EXPECT_EQ((*page)->items[1].id, "msg_2");
+  auto added = (*s)->AddConversationItems("conv_b", "bob", std::vector<NewItem>{{"msg_1", R"({"type":"message"})"}});
+  ASSERT_TRUE(added.ok()) << added.error().message;
+  ASSERT_TRUE(added->has_value());
+}
+
 TEST(StoreOpen, UnwritablePathsAreErrors) {
   TempDir dir;
   auto s = Store::Open(dir.File("no/such/dir/s.db"));
