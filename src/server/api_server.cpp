@@ -72,23 +72,52 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     http::SendError(res, http::InternalError(req.method + " " + req.path, ep));
   });
 
+  // Range requests are for files: applied to an API answer they cut an error body short (and a
+  // JSON body in the middle). Ignoring the header is allowed (RFC 9110 14.2). The request object is
+  // httplib's own non-const local, handed to handlers as const.
+  http_.set_pre_routing_handler([](const Req& req, Res&) {
+    const_cast<Req&>(req).ranges.clear();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // POST bodies are read here whatever their Content-Type: cpp-httplib's own reader refuses an
+  // application/x-www-form-urlencoded body over 8 KB with a 413 (a compile-time limit of the
+  // packaged library), and that is what `curl -d` sends. The --max-body-mb limit still applies.
+  auto post = [this](const std::string& pattern, httplib::Server::Handler h) {
+    http_.Post(pattern, [h](const Req& req, Res& res, const httplib::ContentReader& read) {
+      Req with_body = req;  // headers and matches (whose iterators point into req.path, alive)
+      if (req.is_multipart_form_data()) {  // read and dropped: bodies are JSON
+        if (read([](const httplib::MultipartFormData&) { return true; }, [](const char*, size_t) { return true; })) {
+          http::SendError(res, http::BadRequest("The request body must be JSON, not multipart form data.", "",
+                                                "invalid_json"));
+        }
+        return;
+      }
+      if (!read([&](const char* data, size_t n) {
+            with_body.body.append(data, n);
+            return true;
+          })) {
+        return;  // res.status says why (413 over the limit, 400); the error handler shapes it
+      }
+      h(with_body, res);
+    });
+  };
   auto bind = [this](auto method) {
     return [this, method](const Req& q, Res& s, const std::string& o) { (this->*method)(q, s, o); };
   };
-  http_.Post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions)));
-  http_.Post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions)));
-  http_.Post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse)));
+  post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions)));
+  post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions)));
+  post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse)));
   http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
   http_.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
   http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
             Wrap("/v1/responses/{id}/input_items", true, bind(&ApiServer::ListInputItems)));
   auto conv = Wrap("/v1/conversations", true, bind(&ApiServer::Conversations));
-  http_.Post("/v1/conversations", conv);
+  post("/v1/conversations", conv);
   http_.Get(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
-  http_.Post(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?)", conv);
+  post(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?)", conv);
   http_.Delete(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
-  http_.Post("/tokenize", Wrap("/tokenize", true, bind(&ApiServer::Tokenize)));
-  http_.Post("/detokenize", Wrap("/detokenize", true, bind(&ApiServer::Detokenize)));
+  post("/tokenize", Wrap("/tokenize", true, bind(&ApiServer::Tokenize)));
+  post("/detokenize", Wrap("/detokenize", true, bind(&ApiServer::Detokenize)));
   http_.Get("/v1/sessions", Wrap("/v1/sessions", true, bind(&ApiServer::ListSessions)));
   http_.Get("/v1/models", Wrap("/v1/models", true, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, {{"object", "list"},
