@@ -74,7 +74,7 @@ struct ConvkvFlags {
   std::vector<std::string> methods{"3-factor", "relevance", "recency", "recent-only", "random"};
   std::string relevance = "keyword";
   int answer_tokens = 12;
-  int keep_last = 2;
+  int keep_last = context::SelectionOptions{}.keep_last;
 };
 
 // ---- Conversation content -------------------------------------------------------------------
@@ -382,7 +382,7 @@ Status EvaluateConversation(const ConvkvFlags& f, int index, const Conversation&
     for (const auto& m : kMethods) {
       context::SelectionOptions opts;
       opts.method = m.method;
-      opts.keep_last = 2;
+      opts.keep_last = f.keep_last;
       opts.seed = f.seed * 1000003ull + static_cast<uint64_t>(index) * 101 + bi;
       auto selected = context::SelectTurns(c.turns, scores, budget, opts);
       if (!selected.ok()) return selected.error();
@@ -561,7 +561,7 @@ void RegisterBenchConvkv(CLI::App* bench) {
       ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened"}))->capture_default_str();
   cmd->add_option("--answer-tokens", f->answer_tokens, "--eval: tokens generated per answer")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--keep-last", f->keep_last, "--eval: newest turns always kept (context_keep_last)")
+  cmd->add_option("--keep-last", f->keep_last, "newest turns always kept (context_keep_last)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->callback([f] {
     if (!f->eval.empty()) {

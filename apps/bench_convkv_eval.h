@@ -22,7 +22,7 @@ struct ConvkvEvalConfig {
   std::string relevance = "keyword";       // relevance factor (context::ParseRelevanceKind)
   uint64_t seed = 1;                       // random baseline
   int max_tokens = 12;                     // generated per answer (the answer is its first line)
-  int keep_last = 2;                       // newest turns always kept
+  int keep_last = 1;                       // newest turns always kept
   bool verbose = false;                    // per-conversation lines on stderr
   bool json = false;
   RuntimeFlags runtime;

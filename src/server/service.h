@@ -46,7 +46,7 @@ struct ContextRequest {
   double budget = 0;               // 0: off; >= 1: history tokens; in (0, 1): share of the history
   std::string mode = "reuse";      // "reuse" (cached KV of kept turns, re-rotated) or "exact"
   std::string preset = "default";  // scoring weights: default, factual, sequential, analytical
-  int keep_last = 2;               // newest turns always kept
+  int keep_last = 1;               // newest turns always kept (context::SelectionOptions)
   std::string method = "score";    // ranking (context::ParseSelectionMethod): score (3-factor),
                                    // relevance, recency, recent-only, random
   std::string relevance = "keyword";  // relevance factor (context::ParseRelevanceKind): keyword,

@@ -40,6 +40,13 @@ std::vector<TurnScore> Totals(const std::vector<double>& totals) {
   return s;
 }
 
+// The cases below were written for ConvKV's preset of two newest turns kept (the default is 1).
+SelectionOptions KeepLast2() {
+  SelectionOptions o;
+  o.keep_last = 2;
+  return o;
+}
+
 Selection MustSelect(std::span<const TurnSpan> turns, std::span<const TurnScore> scores, int budget,
                      const SelectionOptions& o) {
   auto r = SelectTurns(turns, scores, budget, o);
@@ -78,7 +85,8 @@ TEST(ContextSelection, KeepsSystemLastKAndPinnedThenBestScoresThatFit) {
   //                      0   1   2   3   4   5   6   7
   const auto turns = Sizes({8, 10, 10, 10, 10, 10, 10, 10}, {2});
   const auto scores = Totals({0, 0.9, 0.1, 0.8, 0.2, 0.7, 0.0, 0.0});
-  SelectionOptions o;                                            // score, keep_last 2
+  SelectionOptions o;  // score
+  o.keep_last = 2;
   Selection s = MustSelect(turns, scores, 8 + 10 + 20 + 20, o);  // system, pin, last 2, 2 more
   EXPECT_EQ(s.kept, (std::vector<int>{0, 1, 2, 3, 6, 7}));
   EXPECT_EQ(s.dropped, (std::vector<int>{4, 5}));
@@ -99,7 +107,7 @@ TEST(ContextSelection, KeepsSystemLastKAndPinnedThenBestScoresThatFit) {
 TEST(ContextSelection, FirstFitSkipsATurnTooLargeAndTriesTheNext) {
   const auto turns = Sizes({5, 40, 10, 10, 10});
   const auto scores = Totals({0, 0.9, 0.5, 0.0, 0.0});
-  Selection s = MustSelect(turns, scores, 5 + 20 + 15, SelectionOptions{});
+  Selection s = MustSelect(turns, scores, 5 + 20 + 15, KeepLast2());
   EXPECT_EQ(s.kept, (std::vector<int>{0, 2, 3, 4}));  // 1 (best) does not fit, 2 does
 }
 
@@ -107,7 +115,7 @@ TEST(ContextSelection, TiesGoToTheNewerTurnDeterministically) {
   const auto turns = Sizes({4, 10, 10, 10, 10, 10, 10});
   const auto scores = Totals({0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5});
   for (SelectionMethod m : {SelectionMethod::kScore, SelectionMethod::kRelevance}) {
-    SelectionOptions o;
+    SelectionOptions o = KeepLast2();
     o.method = m;
     for (int rep = 0; rep < 3; ++rep) {
       Selection s = MustSelect(turns, scores, 4 + 20 + 20, o);
@@ -120,7 +128,7 @@ TEST(ContextSelection, BudgetBelowTheMandatorySetKeepsItAndReportsTheOverflow) {
   const auto turns = Sizes({20, 10, 10, 30, 40}, {1});
   const auto scores = Totals({0, 1, 1, 1, 1});
   for (SelectionMethod m : kAllMethods) {
-    SelectionOptions o;
+    SelectionOptions o = KeepLast2();
     o.method = m;
     Selection s = MustSelect(turns, scores, 50, o);
     EXPECT_EQ(s.kept, (std::vector<int>{0, 1, 3, 4})) << SelectionMethodName(m);
@@ -137,7 +145,7 @@ TEST(ContextSelection, BudgetBelowTheMandatorySetKeepsItAndReportsTheOverflow) {
     EXPECT_EQ(fit.overflow_tokens, 0);
     EXPECT_EQ(fit.kept_tokens, 100);
   }
-  Selection zero = MustSelect(turns, scores, 0, SelectionOptions{});
+  Selection zero = MustSelect(turns, scores, 0, KeepLast2());
   EXPECT_EQ(zero.overflow_tokens, 100);
 }
 

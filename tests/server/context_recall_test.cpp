@@ -1,7 +1,7 @@
 // Selective context on a model that needs its history (../shared/models/recall, see its
 // PROVENANCE.md): in each conversation of tests/data/convkv/recall_cases.jsonl one earlier turn
 // states the fact the final question asks about. At a 50% budget with the server's defaults
-// (3-factor scoring, keyword relevance, keep_last 2) the service must keep that turn and answer
+// (3-factor scoring, keyword relevance, keep_last 1) the service must keep that turn and answer
 // as with the whole history, in exact and in reuse mode (cached KV re-rotated). Recency-only
 // selection drops the turn in every one of these cases, so replacing relevance by recency (or
 // breaking relevance) fails the test. Runs in about a second: tiny model, five conversations.
