@@ -244,7 +244,7 @@ Json ChatCall(Client& c, const Json& body) {
 }
 
 // Selective context over HTTP: it reports what it dropped, keeps the system prompt, the last two
-// turns and pinned turns within the budget; exact mode answers as the selected context alone
+// turns (context_keep_last 2; the default is 1) and pinned turns within the budget; exact mode answers as the selected context alone
 // would; with nothing dropped it is plain stateful serving.
 TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
   ServerProcess server({"--db", TempDb("ctx")});
@@ -261,7 +261,8 @@ TEST(Http, SelectiveContextKeepsWhatItMustAndSaysWhatItDropped) {
   msgs.push_back({{"role", "user"}, {"content", "What did Max the dog do?"}});
   Json plain = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}});
   for (const char* mode : {"exact", "reuse"}) {
-    Json r = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}, {"context_budget", 0.5}, {"context_mode", mode}});
+    Json r = ChatCall(c, {{"messages", msgs}, {"max_tokens", 12}, {"temperature", 0}, {"context_budget", 0.5}, {"context_mode", mode},
+                            {"context_keep_last", 2}});
     const Json& ctx = r["mnemo_context"];
     ASSERT_TRUE(ctx.is_object()) << r.dump();
     EXPECT_EQ(ctx["mode"], mode);

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -17,6 +18,28 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+namespace {
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+double BestEncodeSeconds(const Tokenizer& tok, const std::string& text, bool add_special) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; rep++) {
+    const double t0 = ThreadCpuSeconds();
+    const size_t n = tok.Encode(text, add_special).size();
+    best = std::min(best, ThreadCpuSeconds() - t0);
+    EXPECT_GT(n, 0u);
+  }
+  return std::max(best, 1e-6);
+}
+}  // namespace
+
+double EncodeCostRatio(const Tokenizer& tok, const std::string& small, const std::string& large, bool add_special) {
+  return BestEncodeSeconds(tok, large, add_special) / BestEncodeSeconds(tok, small, add_special);
 }
 
 std::vector<std::string> ReadVocabStrings(const std::string& name) {

@@ -26,6 +26,11 @@ std::string ReadFile(const std::string& path);  // whole file; empty if missing 
 // space-separated ids per string). Returns an empty vector if the counts disagree.
 std::vector<VocabVector> ReadVocabVectors(const std::string& name);
 
+// How encoding cost grows with the input: the calling thread's CPU time to encode `large` over that
+// to encode `small` (best of 3 each, so a busy machine's preemption does not count). Linear
+// encoding gives about large.size() / small.size(); a quadratic one its square.
+double EncodeCostRatio(const Tokenizer& tok, const std::string& small, const std::string& large, bool add_special);
+
 // Only the strings of NAME.inp.
 std::vector<std::string> ReadVocabStrings(const std::string& name);
 
