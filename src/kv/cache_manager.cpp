@@ -58,6 +58,7 @@ int32_t CacheManager::NewRec(int begin, SessionId owner) {
   recs_[id].begin = begin;
   recs_[id].refs = 1;
   recs_[id].owners.assign(1, owner);
+  Transition(id, ChunkState::kEmpty);
   return id;
 }
 
@@ -66,7 +67,11 @@ void CacheManager::FreeData(int32_t id) {
   if (c.tier != Tier::kNone) pool(c.tier).Free(c.block);
   c.tier = Tier::kNone;
   c.block = -1;
-  Sync(id);
+  if (c.state == ChunkState::kEmpty) {
+    Sync(id);
+  } else {
+    Transition(id, ChunkState::kEmpty);
+  }
 }
 
 void CacheManager::MaybeRecycle(int32_t id) {
@@ -74,7 +79,44 @@ void CacheManager::MaybeRecycle(int32_t id) {
   Sync(id);
   if (c.refs > 0 || c.op != 0 || c.readers > 0) return;  // still held, or a transfer in flight uses it
   FreeData(id);
+  Transition(id, ChunkState::kFree);
   free_recs_.push_back(id);
+}
+
+void CacheManager::Transition(int32_t id, ChunkState to) {
+  ChunkRec& c = recs_[id];
+  CheckChunkTransition(c.state, to);
+  transitions_[static_cast<int>(c.state)][static_cast<int>(to)]++;
+  c.state = to;
+  if (to == ChunkState::kEmpty) c.from_disk = false;  // no data, so nothing came from disk
+  MNEMO_CHECK_MSG(StateFits(id), std::string("chunk record fields do not fit state ") + ChunkStateName(to));
+  Sync(id);
+}
+
+bool CacheManager::StateFits(int32_t id) const {
+  const ChunkRec& c = recs_[id];
+  const bool no_block = c.tier == Tier::kNone && c.block == -1;
+  const bool has_block = c.tier != Tier::kNone && c.block >= 0 && c.block < capacity(c.tier);
+  const InFlight* f = nullptr;
+  if (c.op != 0) {
+    auto it = in_flight_.find(c.op);
+    if (it == in_flight_.end() || it->second.rec != id) return false;
+    f = &it->second;
+  }
+  // A move reads its own record's block: down (a larger tier number) or up.
+  const bool move = f && f->copy_of < 0 && f->op.src == c.tier && f->op.src_block == c.block;
+  switch (c.state) {
+    case ChunkState::kFree:
+      return no_block && !f && c.refs == 0 && c.pins == 0 && c.readers == 0 && c.owners.empty() && !c.from_disk;
+    case ChunkState::kEmpty: return no_block && !f && c.readers == 0 && !c.from_disk;
+    case ChunkState::kFilling: return has_block && c.tier == Tier::kT0 && !f && c.pins > 0 && c.readers == 0;
+    case ChunkState::kResident: return has_block && !f;
+    case ChunkState::kDemoting: return has_block && move && f->op.dst > c.tier;
+    case ChunkState::kRevived: return has_block && move && c.tier == Tier::kT0 && f->op.dst > c.tier;
+    case ChunkState::kLoading: return has_block && move && f->op.dst < c.tier;
+    case ChunkState::kCopyTarget: return no_block && f && f->copy_of >= 0;
+  }
+  return false;
 }
 
 void CacheManager::Unref(int32_t id, SessionId owner) {
@@ -88,7 +130,7 @@ void CacheManager::Unref(int32_t id, SessionId owner) {
 }
 
 bool CacheManager::Evictable(const ChunkRec& c) {
-  return c.refs > 0 && c.pins == 0 && c.op == 0 && c.readers == 0 && c.tier != Tier::kNone;
+  return c.state == ChunkState::kResident && c.refs > 0 && c.pins == 0 && c.readers == 0;
 }
 
 void CacheManager::Sync(int32_t id) {
@@ -205,7 +247,8 @@ void CacheManager::Invalidate(SessionId s, int chunk) {
   // The chunk's data is not valid KV, for any of its owners: they all recompute it. Only when a
   // transfer or an acquired owner uses it (and, if recomputing it, will make it valid) does s
   // alone get a fresh record.
-  if (recs_[id].pins > 0 || recs_[id].op != 0 || recs_[id].readers > 0) {
+  const ChunkState st = recs_[id].state;
+  if (recs_[id].pins > 0 || recs_[id].readers > 0 || (st != ChunkState::kEmpty && st != ChunkState::kResident)) {
     const int begin = recs_[id].begin, length = recs_[id].length;
     Unref(id, s);
     id = NewRec(begin, s);
@@ -232,14 +275,14 @@ void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(chunk < static_cast<int>(S.chunks.size()));
   ChunkRec& c = recs_[S.chunks[chunk]];
-  MNEMO_CHECK(c.tier == Tier::kNone && c.op == 0 && pool(tier).Take(block));
+  MNEMO_CHECK(c.state == ChunkState::kEmpty && pool(tier).Take(block));
   c.tier = tier;
   c.block = block;
   if (tier == Tier::kT2) {
     c.disk_session = s;
     c.disk_chunk = chunk;
   }
-  Sync(S.chunks[chunk]);
+  Transition(S.chunks[chunk], ChunkState::kResident);
 }
 
 std::vector<Tier> CacheManager::Residency(SessionId s) const {
@@ -281,7 +324,7 @@ uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool qu
   in_flight_[op.id] = InFlight{op, rec};
   CountOp(op);
   if (queue) queued_.push_back(op);
-  Sync(rec);
+  Transition(rec, dst > op.src ? ChunkState::kDemoting : ChunkState::kLoading);
   return op.id;
 }
 
@@ -311,16 +354,15 @@ void CacheManager::CountOp(const TransferOp& op) {
 
 std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, SessionId owner, int chunk,
                                                   bool sync_ok, double now) {
-  MNEMO_CHECK(recs_[to].tier == Tier::kNone && recs_[to].op == 0);
+  MNEMO_CHECK(recs_[to].state == ChunkState::kEmpty);
   const Tier src = recs_[from].tier;
   // No KV to copy (yet: another owner may be recomputing it): recomputed in any case.
-  if (src == Tier::kNone || recs_[from].filling) return std::nullopt;
+  if (src == Tier::kNone || recs_[from].state == ChunkState::kFilling) return std::nullopt;
   // A background copy needs a source that stays where it is until the copy lands: no transfer in
   // flight, or a demotion out of T0 that can be revived (its result discarded, the T0 copy kept).
   // A synchronous one reads the source now, which is valid until any transfer moving it is done.
-  const uint64_t moving = recs_[from].op;
-  const bool revive = moving != 0 && src == Tier::kT0 && in_flight_.at(moving).op.dst != Tier::kT0;
-  const bool stable = moving == 0 || revive;
+  const bool revive = Revivable(recs_[from]);
+  const bool stable = recs_[from].state == ChunkState::kResident || revive;
   const bool sync = sync_ok && (src == Tier::kT0 || src == Tier::kT1);
   if (stable || sync) {
     recs_[from].readers++;  // not a victim while room is made
@@ -342,12 +384,12 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
       stats_.cow_copies++;
       recs_[to].tier = Tier::kT0;
       recs_[to].block = b;
-      Sync(to);
+      Transition(to, ChunkState::kResident);
       return TransferOp{0, src, recs_[from].block, Tier::kT0, b, owner, chunk};
     }
     if (b >= 0) {  // a background copy; `to` gets the block when it lands
       stats_.cow_copies++;
-      if (revive) recs_[from].revived = true;
+      if (revive && recs_[from].state == ChunkState::kDemoting) Transition(from, ChunkState::kRevived);
       recs_[from].readers++;
       TransferOp op{next_op_++, src, recs_[from].block, dst, b, owner, chunk};
       if (src == Tier::kT2) NameOwner(op, from);  // the slot's header names from's owner
@@ -360,7 +402,7 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
       CountOp(op);
       queued_.push_back(op);
       Sync(from);
-      Sync(to);
+      Transition(to, ChunkState::kCopyTarget);
       return std::nullopt;
     }
   }
@@ -422,9 +464,9 @@ CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) cons
     // A chunk loading into T0 has its block reserved already; anything else not in T0 needs one.
     if (c.tier != Tier::kT0 && !(f && f->op.dst == Tier::kT0)) r.need_blocks++;
     if (c.readers > 0) r.wait = true;  // a copy reads it (e.g. for a fork): let it land first
-    if (c.tier == Tier::kT2 && c.op == 0) r.wait = true;  // must be loaded first
-    // A demotion out of T0 can be revived; loads and spills must land first.
-    if (f && !(c.tier == Tier::kT0 && f->op.dst != Tier::kT0)) r.wait = true;
+    if (c.state == ChunkState::kResident && c.tier == Tier::kT2) r.wait = true;  // must be loaded first
+    // A demotion out of T0 can be revived; loads, spills and copies must land first.
+    if (f && !Revivable(c)) r.wait = true;
   }
   return r;
 }
@@ -432,7 +474,7 @@ CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) cons
 void CacheManager::StartLoads(SessionRec& S, double now) {
   for (int32_t id : S.chunks) {
     ChunkRec& c = recs_[id];
-    if (c.tier != Tier::kT2 || c.op != 0 || c.readers > 0) continue;
+    if (c.state != ChunkState::kResident || c.tier != Tier::kT2 || c.readers > 0) continue;
     Tier dst = Tier::kT0;
     int32_t b = t0_.Allocate();
     if (b < 0 && config_.t1_blocks > 0) {
@@ -447,7 +489,7 @@ int CacheManager::PendingDemotions() const {
   int n = 0;
   for (const auto& [id, f] : in_flight_) {
     const ChunkRec& c = recs_[f.rec];
-    n += f.copy_of < 0 && f.op.src == Tier::kT0 && f.op.dst != Tier::kT0 && !c.revived && c.pins == 0;
+    n += c.state == ChunkState::kDemoting && c.tier == Tier::kT0 && c.pins == 0;
   }
   return n;
 }
@@ -479,9 +521,10 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
     const int valid = std::clamp(S.kv_tokens - c.begin, 0, kBlockTokens);
     switch (c.tier) {
       case Tier::kT0:
-        if (c.op != 0) c.revived = true;  // keep using the T0 copy; the demotion is discarded
+        // Keep using the T0 copy; the demotion's result is discarded.
+        if (c.state == ChunkState::kDemoting) Transition(id, ChunkState::kRevived);
         out->block_table[i] = c.block;
-        if (c.filling) {  // another owner is recomputing it: never read it half-written, recompute too
+        if (c.state == ChunkState::kFilling) {  // another owner is recomputing it: never read it half-written, recompute too
           if (valid > 0) out->recompute.push_back(i);
           break;
         }
@@ -501,13 +544,13 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
       case Tier::kT2:
         MNEMO_CHECK(false);  // waited for above
         break;
-      case Tier::kNone:
+      case Tier::kNone:  // kEmpty: a copy that fills it was waited for above
         c.block = t0_.Allocate();
         MNEMO_CHECK(c.block >= 0);
         c.tier = Tier::kT0;
         out->block_table[i] = c.block;
         if (valid > 0) out->recompute.push_back(i);
-        c.filling = valid > 0;
+        Transition(id, valid > 0 ? ChunkState::kFilling : ChunkState::kResident);
         break;
     }
     Sync(id);
@@ -527,7 +570,7 @@ bool CacheManager::Grow(SessionId s, int n_tokens, std::vector<int32_t>* table) 
     recs_[id].block = b;
     recs_[id].pins = 1;
     recs_[id].last_active = S.last_active;
-    Sync(id);
+    Transition(id, ChunkState::kResident);
     S.chunks.push_back(id);
     table->push_back(b);
   }
@@ -547,20 +590,20 @@ void CacheManager::Release(SessionId s, int kv_tokens, double now) {
   // else is recomputing it, s keeps the block and what it computed, and the others recompute.
   for (size_t i = 0; i < S.chunks.size(); i++) {
     const int32_t id = S.chunks[i];
-    if (!recs_[id].filling) continue;
+    if (recs_[id].state != ChunkState::kFilling) continue;
     const int begin = recs_[id].begin;
     if (kv_tokens >= begin + kBlockTokens || recs_[id].refs == 1) {
-      recs_[id].filling = false;  // complete, or s's alone
+      Transition(id, ChunkState::kResident);  // complete, or s's alone
     } else if (recs_[id].pins == 0) {
-      recs_[id].filling = false;
-      if (kv_tokens > begin) {
+      if (kv_tokens > begin) {  // s's own record takes the block and what s computed
         const int32_t own = NewRec(begin, s);
         std::swap(recs_[own].tier, recs_[id].tier);
         std::swap(recs_[own].block, recs_[id].block);
         recs_[own].last_active = recs_[id].last_active;
+        Transition(own, ChunkState::kResident);
+        Transition(id, ChunkState::kEmpty);
         S.chunks[i] = own;
         Unref(id, s);
-        Sync(own);
       } else {
         FreeData(id);
       }
@@ -585,7 +628,7 @@ void CacheManager::Suspend(SessionId s, int kv_tokens, double now) {
   SessionRec& S = sessions_.at(s);
   for (int32_t id : S.chunks) {
     ChunkRec& c = recs_[id];
-    if (c.tier != Tier::kT0 || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
+    if (c.state != ChunkState::kResident || c.tier != Tier::kT0 || c.pins > 0 || c.readers > 0) continue;
     stats_.evictions[0]++;
     int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
     if (b < 0 && config_.t2_blocks > 0) {
@@ -665,33 +708,36 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
       c.tier = op.dst;
       c.block = op.dst_block;
       c.from_disk = op.src == Tier::kT2;
+      Transition(id, ChunkState::kResident);
     } else {
       pool(op.dst).Free(op.dst_block);
       stats_.failed_reads += op.src == Tier::kT2;
       stats_.cow_recomputes++;
+      Transition(id, ChunkState::kEmpty);
     }
     MaybeRecycle(copy_of);
     MaybeRecycle(id);
     return;
   }
-  if (c.revived) {  // a demotion whose source is in use again: keep the source
-    c.revived = false;
+  if (c.state == ChunkState::kRevived) {  // a demotion whose source is in use again: keep the source
     pool(op.dst).Free(op.dst_block);
+    Transition(id, ChunkState::kResident);
   } else if (ok) {
     pool(op.src).Free(op.src_block);
     c.tier = op.dst;
     c.block = op.dst_block;
     if (op.src == Tier::kT2) c.from_disk = true;
+    Transition(id, ChunkState::kResident);
   } else {
     pool(op.dst).Free(op.dst_block);
-    if (op.src == Tier::kT2 || op.dst == Tier::kT2) {
-      // Unreadable disk data is never used; a failed disk write loses nothing that the raw
-      // tokens cannot rebuild.
-      stats_.failed_reads += op.src == Tier::kT2;
-      if (op.src == Tier::kT2 || c.pins == 0) {
-        FreeData(id);
-        stats_.drops++;
-      }
+    // Unreadable disk data is never used; a failed disk write loses nothing that the raw tokens
+    // cannot rebuild. Otherwise the data stays where it was.
+    stats_.failed_reads += op.src == Tier::kT2;
+    if (op.src == Tier::kT2 || (op.dst == Tier::kT2 && c.pins == 0)) {
+      FreeData(id);
+      stats_.drops++;
+    } else {
+      Transition(id, ChunkState::kResident);
     }
   }
   MaybeRecycle(id);
@@ -701,7 +747,8 @@ void CacheManager::PlanFlushToDisk() {
   if (config_.t2_blocks == 0) return;
   for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
     ChunkRec& c = recs_[id];
-    if (c.refs == 0 || c.pins > 0 || c.op != 0 || c.readers > 0 || (c.tier != Tier::kT0 && c.tier != Tier::kT1)) {
+    if (c.state != ChunkState::kResident || c.refs == 0 || c.pins > 0 || c.readers > 0 ||
+        (c.tier != Tier::kT0 && c.tier != Tier::kT1)) {
       continue;
     }
     int32_t b = t2_.Allocate();
@@ -720,7 +767,7 @@ std::optional<std::pair<double, double>> CacheManager::NextVictimKey(Tier t, dou
 std::optional<std::pair<double, double>> CacheManager::ScanVictimKey(Tier t, double now) const {
   std::optional<std::pair<double, double>> best;
   for (const ChunkRec& c : recs_) {
-    if (c.refs == 0 || c.tier != t || c.pins > 0 || c.op != 0 || c.readers > 0) continue;
+    if (!Evictable(c) || c.tier != t) continue;
     const EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1), now - c.last_active,
                               c.last_active};
     const auto key = policy_->Key(e);
@@ -740,10 +787,17 @@ bool CacheManager::CheckInvariants() const {
     const ChunkRec& c = recs_[id];
     const bool live = c.refs > 0 || c.op != 0 || c.readers > 0;
     if (live == recycled[id]) return false;  // a record is in use or on the free list, never both or neither
+    if ((c.state == ChunkState::kFree) != recycled[id]) return false;  // kFree is exactly the free list
+    if (!StateFits(static_cast<int32_t>(id))) return false;  // each state's fields (chunk_state.h)
     if (!live) continue;
     if (c.tier != Tier::kNone) owners[static_cast<int>(c.tier)][c.block]++;
     if (c.refs > 1 && c.length != kBlockTokens) return false;  // only full chunks are shared
-    if (c.filling && (c.pins <= 0 || c.tier != Tier::kT0)) return false;  // recomputed by an acquired owner
+    // A pinned chunk is in T0 or on its way there (a swap-in, a revived demotion): never dropped,
+    // demoted or waiting for a copy while an acquired owner's batch may read it.
+    if (c.refs > 0 && c.pins > 0 && c.state != ChunkState::kResident && c.state != ChunkState::kFilling &&
+        c.state != ChunkState::kLoading && c.state != ChunkState::kRevived) {
+      return false;
+    }
   }
   // The index files exactly the evictable records, under their current tier, weight and time
   // (so Pick answers from the records' state); the pinned count matches.
@@ -782,7 +836,7 @@ bool CacheManager::CheckInvariants() const {
       const ChunkRec& from = recs_[f.copy_of];
       readers[f.copy_of]++;
       if (c.tier != Tier::kNone || from.tier != f.op.src || from.block != f.op.src_block) return false;
-      if (from.op != 0 && !from.revived) return false;
+      if (from.state != ChunkState::kResident && from.state != ChunkState::kRevived) return false;
     } else if (c.tier != f.op.src || c.block != f.op.src_block) {  // a move reads its record's block
       return false;
     }

@@ -21,6 +21,7 @@
 
 #include "base/block.h"
 #include "kv/block_allocator.h"
+#include "kv/chunk_state.h"
 #include "kv/eviction.h"
 #include "kv/victim_index.h"
 
@@ -189,25 +190,32 @@ class CacheManager {
   // two are always equal.
   std::optional<std::pair<double, double>> NextVictimKey(Tier t, double now) const;
   std::optional<std::pair<double, double>> ScanVictimKey(Tier t, double now) const;
+  // Transitions taken from -> to since construction (chunk_state.h). For tests and docs: which
+  // edges of the lifecycle a workload exercises.
+  int64_t transitions(ChunkState from, ChunkState to) const {
+    return transitions_[static_cast<int>(from)][static_cast<int>(to)];
+  }
 
  private:
+  // A chunk's data and its lifecycle (chunk_state.h). `state` changes only through Transition;
+  // the other fields are what the state requires (CheckInvariants) or orthogonal counts.
   struct ChunkRec {
-    Tier tier = Tier::kNone;  // where the valid data is
+    ChunkState state = ChunkState::kFree;
+    Tier tier = Tier::kNone;  // where the valid data is (kNone: kFree, kEmpty, kCopyTarget)
     int32_t block = -1;       // block id in that tier
     int begin = 0;            // first position
     int length = 0;           // valid positions (<= kBlockTokens)
     int refs = 0;             // sessions that hold this chunk
     int pins = 0;             // acquired sessions that hold it
     double last_active = 0;   // latest activity of any owner
-    uint64_t op = 0;          // in-flight transfer moving this chunk or filling it (a copy), 0 if none
+    uint64_t op = 0;          // the transfer of kDemoting, kRevived, kLoading, kCopyTarget; else 0
     int readers = 0;          // in-flight copies reading this chunk's block: it neither moves nor is freed
-    bool revived = false;     // an in-flight demotion whose result will be discarded
-    bool from_disk = false;   // came up from T2 and not yet counted as a disk hit
-    bool filling = false;     // acquired with no KV: an acquired owner is recomputing it (not a hit)
+    bool from_disk = false;   // its data came up from T2 and is not yet counted as a disk hit (a
+                              // tag that survives moves between T0 and T1; cleared when dropped)
     SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
     int disk_chunk = -1;
     std::vector<SessionId> owners;  // [refs] sessions holding it (as chunk begin / kBlockTokens)
-    bool pin_counted = false;       // counted in pinned_ (kept by Sync)
+    bool pin_counted = false;       // counted in pinned_ (Sync's memo, as index_ is for evictability)
   };
   struct SessionRec {
     std::vector<int32_t> chunks;  // chunk record ids by chunk index
@@ -235,11 +243,23 @@ class CacheManager {
   BlockAllocator& pool(Tier t);
   int32_t NewRec(int begin, SessionId owner);
   void Unref(int32_t rec, SessionId owner);
+  // Frees rec's block (if any) and makes it kEmpty (a no-op on a kEmpty record).
   void FreeData(int32_t rec);
+  // The one place a record changes state: CHECK-fails on an edge the table (chunk_state.h) lacks
+  // or when the fields the caller set do not fit the new state (StateFits), counts the edge and
+  // re-files the record (Sync). Entering kEmpty clears the disk-hit tag. O(log n).
+  void Transition(int32_t rec, ChunkState to);
+  // True when rec's fields are what its state requires (tier, block, transfer, pins, owners).
+  // O(1) (one lookup of its transfer).
+  bool StateFits(int32_t rec) const;
+  // A demotion out of T0 that a new user can take back (kDemoting or kRevived, T0 source).
+  static bool Revivable(const ChunkRec& c) {
+    return (c.state == ChunkState::kDemoting || c.state == ChunkState::kRevived) && c.tier == Tier::kT0;
+  }
   // Re-files rec among eviction candidates (index_) and in the pinned count after any change to
   // its tier, owners, pins, copies, readers or last activity. Idempotent; O(log n).
   void Sync(int32_t rec);
-  // Evictable: held, unpinned, resident, no copy moving or reading it.
+  // Evictable: held, unpinned, kResident, no copy reading it.
   static bool Evictable(const ChunkRec& c);
   double Weight(const ChunkRec& c) const { return policy_->Weight(c.begin / kBlockTokens, c.begin); }
   // The evictable chunk of tier t that the policy evicts first at `now`; -1 if none.
@@ -289,6 +309,7 @@ class CacheManager {
   uint64_t next_op_ = 1;
   double clock_ = 0;  // latest `now` seen (for verbs called without one)
   CacheStats stats_;
+  int64_t transitions_[kChunkStates][kChunkStates] = {};  // [from][to] edges taken
 };
 
 }  // namespace mnemo

@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
+#include <string>
 
 #include "base/rng.h"
+#include "kv/chunk_state.h"
+#include "random_ops.h"
 
 namespace mnemo {
 namespace {
@@ -266,7 +270,10 @@ TEST(CacheManager, RevivingAChunkWhoseDemotionIsInFlight) {
   CacheManager::Acquired a;
   ASSERT_EQ(cm.Acquire(1, 4 * 32, 6, &a), Admission::kOk);  // needs them back at once
   EXPECT_EQ(a.hit_tokens[0], 4 * 32);
+  EXPECT_EQ(cm.transitions(ChunkState::kDemoting, ChunkState::kRevived), 2);
+  EXPECT_TRUE(cm.CheckInvariants());
   for (const auto& op : ops) cm.OnTransferDone(op.id, true);
+  EXPECT_EQ(cm.transitions(ChunkState::kRevived, ChunkState::kResident), 2);
   EXPECT_EQ(cm.Residency(1), std::vector<Tier>(4, Tier::kT0));
   cm.Release(1, 4 * 32, 7);
   EXPECT_TRUE(cm.CheckInvariants());
@@ -313,6 +320,31 @@ TEST(CacheManager, DiskTierRoundTripAndCorruptReadIsRecomputed) {
   EXPECT_EQ(cm.stats().failed_reads, 1);
   for (const auto& op : b.swap_ins) cm.OnTransferDone(op.id, true);
   cm.Release(1, 4 * 32, 21);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Regression: a chunk loaded from disk and then dropped (here invalidated) and recomputed holds
+// KV computed in T0; its next hit is a T0 hit, not a disk hit (the "came from disk" tag once
+// outlived the data it described). The state machine clears it on entering kEmpty.
+TEST(CacheManager, ADiskHitTagDiesWithTheData) {
+  CacheManager cm({4, 0, 4, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  cm.RestoreChunk(1, 0, Tier::kT2, 2, 32);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 32, 1, &a), Admission::kLater);  // loads first
+  cm.Maintain(0, 1);
+  Drain(cm);
+  EXPECT_EQ(cm.transitions(ChunkState::kLoading, ChunkState::kResident), 1);
+  EXPECT_EQ(cm.Residency(1), std::vector<Tier>{Tier::kT0});
+  cm.Invalidate(1, 0);  // e.g. composed from and never computed
+  ASSERT_EQ(cm.Acquire(1, 40, 2, &a), Admission::kOk);
+  EXPECT_EQ(a.recompute, std::vector<int>{0});
+  EXPECT_EQ(a.hit_tokens[2], 0);
+  cm.Release(1, 40, 3);
+  ASSERT_EQ(cm.Acquire(1, 50, 4, &a), Admission::kOk);
+  EXPECT_EQ(a.hit_tokens[0], 40);
+  EXPECT_EQ(a.hit_tokens[2], 0);
+  cm.Release(1, 50, 5);
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
@@ -749,105 +781,95 @@ class KvModel {
   std::vector<std::pair<TransferOp, bool>> pending_;  // taken, not done; copied already?
 };
 
+// The exact-KV model around the shared random-operation driver: every Acquire checks the hits,
+// turns fill their queries (a quarter stop part way), forks copy, transfers copy at a random time.
+class ExactKvHooks : public kvtest::RandomOpsHooks {
+ public:
+  explicit ExactKvHooks(CacheManager& cm) : kv_(cm) {}
+  int Admitted(CacheManager&, SessionId s, int have, int want, CacheManager::Acquired& a, Rng& rng) override {
+    kv_.Append(s, want, rng);
+    std::vector<int> queries;
+    const ::testing::AssertionResult served = kv_.Check(s, have, want, a, &queries);
+    if (!served) {
+      ADD_FAILURE() << served.message();
+      return want;
+    }
+    for (int c = 0; c * kBlockTokens < have; c++) {
+      hits += std::find(a.recompute.begin(), a.recompute.end(), c) == a.recompute.end();
+    }
+    if (rng.Next() % 4 == 0) {  // stopped part way: positions [0, queries[cut]) hold KV
+      const size_t cut = rng.Next() % queries.size();
+      kv_.Fill(s, a.block_table, queries.data(), cut);
+      stopped += queries[cut] < have;
+      return queries[cut];
+    }
+    kv_.Fill(s, a.block_table, queries.data(), queries.size());
+    return want;
+  }
+  void Grown(SessionId s, int from, int to, const std::vector<int32_t>& table, Rng& rng) override {
+    kv_.Append(s, to, rng);
+    std::vector<int> grown;
+    for (int p = from; p < to; p++) grown.push_back(p);
+    kv_.Fill(s, table, grown.data(), grown.size());
+  }
+  void Forked(SessionId src, SessionId dst, int at, const std::optional<TransferOp>& copy) override {
+    if (copy) kv_.CopyNow(*copy);
+    kv_.log(dst).assign(kv_.log(src).begin(), kv_.log(src).begin() + at);
+  }
+  void Truncated(SessionId s, int to) override { kv_.log(s).resize(to); }
+  void Removed(SessionId s) override { kv_.Forget(s); }
+  void Transfers(CacheManager&, Rng& rng) override {
+    kv_.Take(rng);
+    kv_.CompleteSome(rng);
+  }
+  void CompleteAll(CacheManager&) override { kv_.CompleteAll(); }
+
+  int64_t hits = 0, stopped = 0;
+
+ private:
+  KvModel kv_;
+};
+
 // Random turns (some stopped part way, as a suspension does), forks, truncations, invalidations
 // and removals over random tiers, with transfers completing in and out of order (some failing):
-// the bookkeeping stays consistent, and every chunk served as a hit holds exactly the KV its
-// session's log implies (copy-on-write never lets one session's writes reach another's chunks, no
-// copy reads a block that was reused, and a shared chunk left half-recomputed is not served).
+// the bookkeeping stays consistent (every record's fields fit its state), and every chunk served
+// as a hit holds exactly the KV its session's log implies (copy-on-write never lets one session's
+// writes reach another's chunks, no copy reads a block that was reused, and a shared chunk left
+// half-recomputed is not served). Every edge of the chunk lifecycle is taken.
 TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
   int64_t cow_copies = 0, hits = 0, stopped = 0;
+  int64_t edges[kChunkStates][kChunkStates] = {};
   for (uint64_t seed = 1; seed <= 200; seed++) {
     Rng rng(seed * 1009);
     CacheConfig cfg{int32_t(6 + rng.Next() % 20), int32_t(rng.Next() % 3 ? rng.Next() % 12 : 0),
                     int32_t(rng.Next() % 2 ? rng.Next() % 16 : 0), 0.1};
     CacheManager cm(cfg, Policy(seed % 2 ? "pensieve" : "lru"));
-    KvModel kv(cm);
-    std::vector<SessionId> live;
-    SessionId next = 0;
-    for (; next < 4; next++) {
-      cm.AddSession(next, 0);
-      live.push_back(next);
-    }
-    for (int step = 0; step < 400; step++) {
-      const double now = step;
-      const SessionId s = live[rng.Next() % live.size()];
-      const int have = cm.kv_tokens(s);
-      const int what = int(rng.Next() % 20);
-      if (what < 10) {  // a turn
-        const int want = have + 1 + int(rng.Next() % 70);
-        CacheManager::Acquired a;
-        Admission r = cm.Acquire(s, want, now, &a);
-        if (r == Admission::kOk) {
-          kv.Append(s, want, rng);
-          std::vector<int> queries;
-          ASSERT_TRUE(kv.Check(s, have, want, a, &queries)) << "seed " << seed << " step " << step;
-          for (int c = 0; c * kBlockTokens < have; c++) {
-            hits += std::find(a.recompute.begin(), a.recompute.end(), c) == a.recompute.end();
-          }
-          int end = want;
-          if (rng.Next() % 4 == 0) {  // stopped part way: positions [0, queries[cut]) hold KV
-            const size_t cut = rng.Next() % queries.size();
-            kv.Fill(s, a.block_table, queries.data(), cut);
-            end = queries[cut];
-            stopped += end < have;
-          } else {
-            kv.Fill(s, a.block_table, queries.data(), queries.size());
-            if (rng.Next() % 4 == 0 && cm.Grow(s, want + 40, &a.block_table)) {
-              end = want + 40;
-              kv.Append(s, end, rng);
-              std::vector<int> grown(40);
-              for (int i = 0; i < 40; i++) grown[i] = want + i;
-              kv.Fill(s, a.block_table, grown.data(), grown.size());
-            }
-          }
-          cm.Maintain(cfg.t0_blocks / 2, now);
-          if (rng.Next() % 5 == 0) {
-            cm.Suspend(s, end, now);
-          } else {
-            cm.Release(s, end, now);
-          }
-        } else if (r == Admission::kImpossible) {
-          cm.RemoveSession(s);
-          kv.Forget(s);
-          cm.AddSession(s, now);
-        } else if (rng.Next() % 4) {  // the engine's upkeep; sometimes skipped (Acquire twice in a row)
-          cm.Maintain(rng.Next() % 2 ? 0 : cfg.t0_blocks / 4, now);
-        }
-      } else if (what < 14) {  // a fork at any point of s's KV
-        const int at = int(rng.Next() % (have + 1));
-        const SessionId d = next++;
-        auto copy = cm.Fork(s, d, at, now);
-        if (copy) kv.CopyNow(*copy);
-        std::vector<uint64_t> prefix(kv.log(s).begin(), kv.log(s).begin() + at);
-        kv.log(d) = prefix;
-        live.push_back(d);
-        if (live.size() > 8) {  // forget the oldest
-          cm.RemoveSession(live.front());
-          kv.Forget(live.front());
-          live.erase(live.begin());
-        }
-      } else if (what < 18) {  // a truncation
-        const int to = int(rng.Next() % (have + 1));
-        cm.Truncate(s, to, now);
-        kv.log(s).resize(to);
-      } else if (have > 0) {  // lose one chunk's KV
-        cm.Invalidate(s, int(rng.Next() % ((have + kBlockTokens - 1) / kBlockTokens)));
-      }
-      kv.Take(rng);
-      kv.CompleteSome(rng);
-      ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed << " step " << step;
-    }
+    ExactKvHooks hooks(cm);
+    kvtest::RandomOpsConfig rc;
+    rc.steps = 400;
+    const std::vector<SessionId> live = kvtest::RunRandomOps(cm, rc, hooks, rng, "seed " + std::to_string(seed));
+    ASSERT_FALSE(HasFailure());
     cow_copies += cm.stats().cow_copies;
+    hits += hooks.hits;
+    stopped += hooks.stopped;
     // Everything torn down: no block or record is left behind.
-    kv.CompleteAll();
+    hooks.CompleteAll(cm);
     for (SessionId s : live) cm.RemoveSession(s);
-    kv.CompleteAll();
+    hooks.CompleteAll(cm);
     ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed;
     for (Tier t : {Tier::kT0, Tier::kT1, Tier::kT2}) EXPECT_EQ(cm.used_blocks(t), 0) << "seed " << seed;
+    for (int f = 0; f < kChunkStates; f++) {
+      for (int t = 0; t < kChunkStates; t++) edges[f][t] += cm.transitions(ChunkState(f), ChunkState(t));
+    }
   }
   EXPECT_GT(cow_copies, 100);
   EXPECT_GT(hits, 1000);
   EXPECT_GT(stopped, 50);  // stopped inside recomputed history
+  for (int i = 0; i < kChunkEdgeCount; i++) {
+    const ChunkEdge& e = kChunkEdges[i];
+    EXPECT_GT(edges[int(e.from)][int(e.to)], 0)
+        << ChunkStateName(e.from) << " -> " << ChunkStateName(e.to) << " (" << e.why << ") never taken";
+  }
 }
 
 }  // namespace

@@ -6,11 +6,13 @@
 
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "base/block.h"
 #include "base/rng.h"
 #include "kv/cache_manager.h"
+#include "random_ops.h"
 
 namespace mnemo {
 namespace {
@@ -67,14 +69,23 @@ TEST(VictimIndex, PickHasTheSmallestKeyOfAllFiledRecords) {
   }
 }
 
-void Drain(CacheManager& cm, std::vector<TransferOp>* pending, Rng& rng) {
-  for (auto& op : cm.TakeTransfers()) pending->push_back(op);
-  while (!pending->empty() && rng.Next() % 3) {
-    const size_t i = rng.Next() % pending->size();
-    cm.OnTransferDone((*pending)[i].id, rng.Next() % 10 != 0);
-    pending->erase(pending->begin() + i);
+// After each step of the shared random-operation driver: the next victim of every tier, now and
+// later, is the minimum key over a scan of all records.
+class VictimsEqualScan : public kvtest::RandomOpsHooks {
+ public:
+  void AfterStep(CacheManager& cm, double now) override {
+    for (Tier t : {Tier::kT0, Tier::kT1, Tier::kT2}) {
+      for (double later : {0.0, 0.5, 3.0, 1000.0}) {
+        const auto index = cm.NextVictimKey(t, now + later), scan = cm.ScanVictimKey(t, now + later);
+        ASSERT_EQ(index.has_value(), scan.has_value()) << "now " << now << " tier " << TierName(t);
+        if (!index) continue;
+        ASSERT_EQ(*index, *scan) << "now " << now << " tier " << TierName(t);
+        compared++;
+      }
+    }
   }
-}
+  int64_t compared = 0;
+};
 
 // After every operation (turns that touch and grow, forks, truncations, invalidations, removals,
 // upkeep that evicts and spills, copies landing or failing), the next victim of every tier has
@@ -85,66 +96,15 @@ TEST(VictimIndex, CacheManagerVictimsEqualBruteForce) {
     Rng rng(seed * 7919);
     CacheConfig cfg{int32_t(8 + rng.Next() % 24), int32_t(rng.Next() % 24), int32_t(rng.Next() % 24), 0.1};
     CacheManager cm(cfg, Policy(seed % 2 ? "pensieve" : "lru"));
-    std::vector<SessionId> live;
-    std::vector<TransferOp> pending;
-    SessionId next = 0;
-    for (; next < 5; next++) {
-      cm.AddSession(next, 0);
-      live.push_back(next);
-    }
-    double now = 0;
-    for (int step = 0; step < 300; step++) {
-      now += double(rng.Next() % 4) * 0.25;  // equal times too
-      const SessionId s = live[rng.Next() % live.size()];
-      const int have = cm.kv_tokens(s);
-      const int what = int(rng.Next() % 20);
-      if (what < 10) {  // a turn
-        const int want = have + 1 + int(rng.Next() % 90);
-        CacheManager::Acquired a;
-        const Admission r = cm.Acquire(s, want, now, &a);
-        if (r == Admission::kOk) {
-          for (const auto& op : a.swap_ins) cm.OnTransferDone(op.id, true);
-          int end = want;
-          if (rng.Next() % 3 == 0 && cm.Grow(s, want + 40, &a.block_table)) end = want + 40;
-          cm.Maintain(cfg.t0_blocks / 2, now);
-          if (rng.Next() % 5 == 0) {
-            cm.Suspend(s, end, now);
-          } else {
-            cm.Release(s, end, now);
-          }
-        } else if (r == Admission::kImpossible) {
-          cm.Truncate(s, 0, now);
-        } else if (rng.Next() % 4) {
-          cm.Maintain(rng.Next() % 2 ? 0 : cfg.t0_blocks / 4, now);
-        }
-      } else if (what < 14) {  // a fork
-        const SessionId d = next++;
-        cm.Fork(s, d, int(rng.Next() % (have + 1)), now);
-        live.push_back(d);
-        if (live.size() > 8) {
-          cm.RemoveSession(live.front());
-          live.erase(live.begin());
-        }
-      } else if (what < 17) {
-        cm.Truncate(s, int(rng.Next() % (have + 1)), now);
-      } else if (what < 19 && have > 0) {
-        cm.Invalidate(s, int(rng.Next() % ((have + kBlockTokens - 1) / kBlockTokens)));
-      } else if (live.size() > 2) {
-        cm.RemoveSession(s);
-        live.erase(std::find(live.begin(), live.end(), s));
-      }
-      Drain(cm, &pending, rng);
-      ASSERT_TRUE(cm.CheckInvariants()) << "seed " << seed << " step " << step;
-      for (Tier t : {Tier::kT0, Tier::kT1, Tier::kT2}) {
-        for (double later : {0.0, 0.5, 3.0, 1000.0}) {
-          const auto index = cm.NextVictimKey(t, now + later), scan = cm.ScanVictimKey(t, now + later);
-          ASSERT_EQ(index.has_value(), scan.has_value()) << "seed " << seed << " step " << step;
-          if (!index) continue;
-          ASSERT_EQ(*index, *scan) << "seed " << seed << " step " << step << " tier " << TierName(t);
-          compared++;
-        }
-      }
-    }
+    VictimsEqualScan hooks;
+    kvtest::RandomOpsConfig rc;
+    rc.sessions = 5;
+    rc.max_new_tokens = 90;
+    rc.grow_one_in = 3;
+    rc.fractional_time = true;  // equal times too
+    kvtest::RunRandomOps(cm, rc, hooks, rng, "seed " + std::to_string(seed));
+    ASSERT_FALSE(HasFailure()) << "seed " << seed;
+    compared += hooks.compared;
   }
   EXPECT_GT(compared, 20000);
 }
