@@ -193,6 +193,14 @@ void Engine::Schedule(double now) {
       if (cache_->Grow(r->session->id, need, &r->table)) continue;
       PollTransfers();  // demotions that finished free blocks
       if (cache_->Grow(r->session->id, need, &r->table)) continue;
+      // Blocks are on their way (demotions Grow started or counts): wait for them rather than
+      // suspend a turn, whose KV would be demoted too and swapped back in later. A T0 -> T1 copy
+      // takes microseconds a block; the wait is bounded by the copies queued before it.
+      if (cache_->t0_blocks_freeing() > 0) {
+        transfer_->WaitIdle();
+        PollTransfers();
+        if (cache_->Grow(r->session->id, need, &r->table)) continue;
+      }
       std::vector<uint64_t> order;
       std::unique_ptr<bool[]> decoding(new bool[running_.size()]);
       for (size_t i = 0; i < running_.size(); i++) {

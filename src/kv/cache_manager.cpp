@@ -563,7 +563,13 @@ bool CacheManager::Grow(SessionId s, int n_tokens, std::vector<int32_t>* table) 
   MNEMO_CHECK(S.acquired);
   while (static_cast<int>(S.chunks.size()) < ChunksFor(n_tokens)) {
     int32_t b = t0_.Allocate();
-    if (b < 0 && EvictFromT0(1, clock_) > 0) b = t0_.Allocate();
+    if (b < 0) {
+      // Demotions in flight free blocks soon (a retry once they land gets them): evict only for
+      // the blocks they will not cover, as upkeep does for a waiting admission. Evicting one
+      // more at every try once demoted 1, 2, 3... chunks for a decode lacking one block.
+      const int short_by = ChunksFor(n_tokens) - static_cast<int>(S.chunks.size()) - PendingDemotions();
+      if (short_by > 0 && EvictFromT0(short_by, clock_) > 0) b = t0_.Allocate();
+    }
     if (b < 0) return false;
     int32_t id = NewRec(static_cast<int>(S.chunks.size()) * kBlockTokens, s);
     recs_[id].tier = Tier::kT0;

@@ -149,9 +149,15 @@ class CacheManager {
   // So calling Acquire at every step while copies are in flight starts no more copies.
   Admission Acquire(SessionId s, int n_tokens, double now, Acquired* out);
   // Extends an acquired session to n_tokens positions (generated tokens), appending blocks to
-  // `table`. May use the reserve. False when no block can be had now (the caller suspends a
-  // running request and retries). Evicts by the latest engine time seen (Maintain, Acquire, ...).
+  // `table`. May use the reserve. False when no block can be had now: when t0_blocks_freeing()
+  // is then > 0 the caller can wait for those copies and retry, else it suspends a running
+  // request and retries. Demotions in flight count as blocks on their way, so a retry while they
+  // are in flight starts no new ones (only the blocks they do not cover are evicted). Evicts by
+  // the latest engine time seen (Maintain, Acquire, ...).
   bool Grow(SessionId s, int n_tokens, std::vector<int32_t>* table);
+  // T0 blocks that demotions in flight will free when they land (not revived, not pinned).
+  // O(transfers in flight).
+  int t0_blocks_freeing() const { return PendingDemotions(); }
   // Unpins s. kv_tokens positions now hold valid KV (blocks past them are freed). kv_tokens may
   // end inside a shared chunk that s was recomputing when it stopped (a suspension): s keeps the
   // positions it computed in a chunk of its own, and the other owners recompute that chunk.

@@ -221,6 +221,39 @@ TEST(CacheManager, GrowEvictsByTheEnginesClock) {
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
+// Regression: a decode that cannot get a block, retried while the demotion it started is in
+// flight (the engine tries Grow again after polling, after a suspension, at the next step), must
+// not start another demotion at each try: demotions in flight are counted as blocks on their way,
+// as upkeep counts them for a waiting admission. It once demoted 1, 2, 3... chunks for 1 block.
+TEST(CacheManager, AGrowRetriedWhileDemotionsAreInFlightEvictsOnlyWhatItNeeds) {
+  CacheManager cm({8, 16, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 6 * 32, 0), Admission::kOk);  // 6 of 8 blocks, then idle
+  cm.AddSession(2, 10);
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(2, 2 * 32, 10, &a), Admission::kOk);  // T0 is full
+  std::vector<TransferOp> in_flight;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    EXPECT_FALSE(cm.Grow(2, 2 * 32 + 1, &a.block_table)) << "attempt " << attempt;  // one block short
+    for (const auto& op : cm.TakeTransfers()) in_flight.push_back(op);
+    EXPECT_EQ(in_flight.size(), 1u) << "attempt " << attempt;
+    EXPECT_TRUE(cm.CheckInvariants());
+  }
+  // Two blocks short: one more demotion (the one in flight covers the other), once.
+  for (int attempt = 0; attempt < 3; attempt++) {
+    EXPECT_FALSE(cm.Grow(2, 3 * 32 + 1, &a.block_table));
+    for (const auto& op : cm.TakeTransfers()) in_flight.push_back(op);
+    EXPECT_EQ(in_flight.size(), 2u) << "attempt " << attempt;
+  }
+  for (const auto& op : in_flight) cm.OnTransferDone(op.id, true);
+  EXPECT_TRUE(cm.Grow(2, 3 * 32 + 1, &a.block_table));
+  EXPECT_EQ(a.block_table.size(), 4u);
+  EXPECT_EQ(cm.stats().evictions[0], 2);
+  EXPECT_TRUE(cm.HoldsT0(2, a.block_table));
+  cm.Release(2, 3 * 32 + 1, 11);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 TEST(CacheManager, SwapOutToHostAndBackIn) {
   CacheManager cm({8, 8, 0, 0.0}, Policy("pensieve"));
   cm.AddSession(1, 0);
