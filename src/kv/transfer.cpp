@@ -18,6 +18,21 @@ void SwapInGroup::WaitLayer(int l) {
   waited_ += Now() - t0;
 }
 
+bool SwapInGroup::done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return layers_done_ >= n_layers_;
+}
+
+bool TransferTask::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool TransferTask::ok() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ok_;
+}
+
 TransferEngine::TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2)
     : t0_(t0), t1_(t1), t2_(t2), staging_(t0->shape().BlockBytes()) {
   thread_ = std::thread([this] { Run(); });
@@ -52,9 +67,20 @@ void TransferEngine::Submit(const std::vector<TransferOp>& ops, const std::vecto
   if (ops.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < ops.size(); i++) jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}});
+    for (size_t i = 0; i < ops.size(); i++) jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}, nullptr});
   }
   cv_.notify_all();
+}
+
+std::shared_ptr<TransferTask> TransferEngine::SubmitTask(std::function<bool()> fn) {
+  auto t = std::make_shared<TransferTask>();
+  t->fn_ = std::move(fn);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back({TransferOp{}, DiskSlotId{}, t});
+  }
+  cv_.notify_all();
+  return t;
 }
 
 std::vector<std::pair<uint64_t, bool>> TransferEngine::TakeCompleted() {
@@ -75,6 +101,7 @@ TransferStats TransferEngine::stats() const {
 }
 
 void TransferEngine::Run() {
+  const std::vector<TransferOp> no_ops;
   for (;;) {
     std::shared_ptr<SwapInGroup> group;
     Job job;
@@ -95,6 +122,12 @@ void TransferEngine::Run() {
     if (group) {
       RunGroup(*group);
       for (const auto& op : group->ops_) done.push_back({op.id, true});
+    } else if (job.task) {
+      if (hook_) hook_(CopyPoint{CopyPoint::Kind::kTask, -1, &no_ops});
+      const bool ok = job.task->fn_();
+      std::lock_guard<std::mutex> lock(job.task->mu_);
+      job.task->done_ = true;
+      job.task->ok_ = ok;
     } else {
       done.push_back({job.op.id, RunJob(job)});
     }
@@ -112,6 +145,7 @@ void TransferEngine::RunGroup(SwapInGroup& g) {
   const size_t lb = t0_->shape().LayerBlockBytes();
   double t0 = Now();
   for (int l = 0; l < g.n_layers_; l++) {
+    if (hook_) hook_(CopyPoint{CopyPoint::Kind::kSwapInLayer, l, &g.ops_});
     for (const auto& op : g.ops_) std::memcpy(t0_->block(l, op.dst_block), t1_->block(l, op.src_block), lb);
     {
       std::lock_guard<std::mutex> lock(g.mu_);
@@ -126,6 +160,10 @@ void TransferEngine::RunGroup(SwapInGroup& g) {
 
 bool TransferEngine::RunJob(const Job& j) {
   const TransferOp& op = j.op;
+  if (hook_) {
+    const std::vector<TransferOp> one{op};
+    hook_(CopyPoint{CopyPoint::Kind::kOp, -1, &one});
+  }
   const int n_layers = t0_->shape().n_layers;
   const size_t lb = t0_->shape().LayerBlockBytes();
   bool ok = true;

@@ -1,7 +1,12 @@
 // Carries out the cache manager's copies between tiers on its own thread: T0 <-> T1 memory copies
-// and T2 disk reads and writes. Swap-ins for the running step have priority over everything else
+// and T2 disk reads and writes, and copies whose body the engine supplies (tasks, e.g. composing a
+// session from another's KV). Swap-ins for the running step have priority over everything else
 // and are pipelined by layer: layer l of every block of a group lands before layer l + 1, and the
 // forward pass waits only for the layer it is about to read.
+//
+// Order: a swap-in group starts as soon as the copy in progress (one op or task) ends, ahead of
+// every queued op and task; ops and tasks run in submission order. So a group submitted before a
+// task has landed when the task starts.
 //
 // Threading: Submit*/TakeCompleted are called by the engine thread; SwapInGroup::WaitLayer by the
 // thread running the forward pass (the engine thread). The pools' blocks named by an op must not
@@ -34,6 +39,8 @@ class SwapInGroup {
   // Seconds from the start of the first copy to the end of the last.
   double copy_seconds() const { return copy_seconds_.load(); }
   int n_ops() const { return static_cast<int>(ops_.size()); }
+  // True when every layer has landed (WaitLayer would not block).
+  bool done();
 
  private:
   friend class TransferEngine;
@@ -44,6 +51,33 @@ class SwapInGroup {
   int layers_done_ = 0;           // guarded by mu_
   double waited_ = 0;             // touched by the waiting thread only
   std::atomic<double> copy_seconds_{0};
+};
+
+// A copy the caller supplies as a function (see TransferEngine::SubmitTask).
+class TransferTask {
+ public:
+  // True once the function has run; ok() is then its result.
+  bool done() const;
+  bool ok() const;
+
+ private:
+  friend class TransferEngine;
+  std::function<bool()> fn_;
+  mutable std::mutex mu_;
+  bool done_ = false;  // guarded by mu_
+  bool ok_ = false;    // guarded by mu_
+};
+
+// What the transfer thread is about to copy, for a test hook that slows or orders copies.
+struct CopyPoint {
+  enum class Kind {
+    kSwapInLayer,  // layer `layer` of every op of a swap-in group (ops: the group's)
+    kOp,           // one background op, every layer (ops: that op)
+    kTask,         // a task (ops: empty)
+  };
+  Kind kind = Kind::kOp;
+  int layer = -1;
+  const std::vector<TransferOp>* ops = nullptr;
 };
 
 struct TransferStats {
@@ -68,18 +102,27 @@ class TransferEngine {
   void Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids);
   // (op id, ok) of every op finished since the last call, swap-in groups included.
   std::vector<std::pair<uint64_t, bool>> TakeCompleted();
-  // Blocks until every submitted op has finished.
+  // Queues fn to run on the transfer thread behind the queued ops (after any swap-in group
+  // submitted before it). fn must touch only blocks the caller holds for it (e.g. pinned
+  // sessions') and return false on failure. The task is not reported by TakeCompleted (it has no
+  // op id); the listener fires after it, and the returned handle says when it has run.
+  std::shared_ptr<TransferTask> SubmitTask(std::function<bool()> fn);
+  // Blocks until every submitted op and task has finished.
   void WaitIdle();
   // fn runs on the transfer thread after each batch of finished ops is ready for TakeCompleted
   // (e.g. to wake the engine thread). Set it before submitting anything; it must not call back
   // into this engine.
   void SetListener(std::function<void()> fn) { listener_ = std::move(fn); }
+  // Tests: fn runs on the transfer thread before each copy (CopyPoint says which) and may block to
+  // slow copies down or to observe their order. Set it before submitting anything.
+  void SetCopyHook(std::function<void(const CopyPoint&)> fn) { hook_ = std::move(fn); }
   TransferStats stats() const;
 
  private:
   struct Job {
     TransferOp op;
     DiskSlotId id;
+    std::shared_ptr<TransferTask> task;  // set: run this task instead of op
   };
   void Run();
   void RunGroup(SwapInGroup& g);
@@ -101,6 +144,7 @@ class TransferEngine {
   bool stop_ = false;
   TransferStats stats_;
   std::function<void()> listener_;  // set before the first op, then read by the transfer thread only
+  std::function<void(const CopyPoint&)> hook_;  // likewise
   std::thread thread_;
 };
 

@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <string>
 
 #include "base/rng.h"
 
@@ -123,6 +128,153 @@ TEST(Transfer, BackgroundCopiesThroughDisk) {
   EXPECT_FALSE(done[3].second);  // slot 3 was never written
   EXPECT_TRUE(Same(t0, 0, t0, 1));
   std::filesystem::remove_all(dir);
+}
+
+
+// A latch the transfer thread's copy hook waits on. A wait times out once (and says so, and opens
+// the latch) so that a broken property fails the test instead of hanging it.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  bool timed_out = false;
+  std::vector<std::string> log;  // copies in the order the transfer thread started them
+
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  // Called with mu held.
+  void WaitOpen(std::unique_lock<std::mutex>& lock) {
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return open; })) timed_out = open = true;
+  }
+  void Record(std::string what) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      log.push_back(std::move(what));
+    }
+    cv.notify_all();
+  }
+  bool WaitLogged(const std::string& what) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10),
+                       [&] { return std::find(log.begin(), log.end(), what) != log.end(); });
+  }
+  std::vector<std::string> Log() {
+    std::lock_guard<std::mutex> lock(mu);
+    return log;
+  }
+};
+
+std::string Name(const CopyPoint& p) {
+  if (p.kind == CopyPoint::Kind::kSwapInLayer) return "swap-in layer " + std::to_string(p.layer);
+  if (p.kind == CopyPoint::Kind::kTask) return "task";
+  return "op " + std::to_string((*p.ops)[0].id);
+}
+
+// Pipelining: layer 0 of a swap-in is usable while layer 1 has not even started copying (its copy
+// is held in the hook until the reader has seen layer 0). A group that published its layers only
+// at the end would return from WaitLayer(0) after the hook timed out, with layer 1 already copied.
+TEST(Transfer, SwapInLayerZeroIsUsableWhileLaterLayersCopy) {
+  KvStorage t0(kShape, 4), t1(kShape, 4);
+  for (int b = 0; b < 4; b++) Fill(t1, b, 20 + b);
+  Gate gate;
+  TransferEngine te(&t0, &t1, nullptr);
+  te.SetCopyHook([&](const CopyPoint& p) {
+    gate.Record(Name(p));
+    if (p.kind != CopyPoint::Kind::kSwapInLayer || p.layer == 0) return;
+    std::unique_lock<std::mutex> lock(gate.mu);
+    gate.WaitOpen(lock);
+  });
+  std::vector<TransferOp> ops;
+  for (int b = 0; b < 3; b++) ops.push_back(TransferOp{uint64_t(b + 1), Tier::kT1, b, Tier::kT0, b, 1, b});
+  auto g = te.SubmitSwapIns(ops);
+  g->WaitLayer(0);
+  const size_t lb = kShape.LayerBlockBytes();
+  for (int b = 0; b < 3; b++) {
+    EXPECT_EQ(std::memcmp(t0.block(0, b), t1.block(0, b), lb), 0) << "block " << b;
+    EXPECT_NE(std::memcmp(t0.block(1, b), t1.block(1, b), lb), 0) << "layer 1 of block " << b << " landed with layer 0";
+  }
+  EXPECT_FALSE(g->done());
+  EXPECT_TRUE(gate.WaitLogged("swap-in layer 1"));  // the copy of layer 1 is under way, held in the hook
+  gate.Open();
+  g->WaitLayer(kShape.n_layers - 1);
+  EXPECT_TRUE(g->done());
+  for (int b = 0; b < 3; b++) EXPECT_TRUE(Same(t0, b, t1, b));
+  te.WaitIdle();
+  EXPECT_FALSE(gate.timed_out);
+  const std::vector<std::string> want{"swap-in layer 0", "swap-in layer 1", "swap-in layer 2", "swap-in layer 3"};
+  EXPECT_EQ(gate.Log(), want);
+}
+
+// Priority: swap-outs queued before a swap-in do not delay it. The first swap-out is held in the
+// hook until the swap-in is submitted (a copy in progress is not interrupted); every layer of the
+// swap-in then lands before any of the other queued swap-outs starts, and completes first.
+TEST(Transfer, QueuedSwapOutsDoNotDelayASwapIn) {
+  KvStorage t0(kShape, 8), t1(kShape, 8);
+  for (int b = 0; b < 4; b++) Fill(t0, b, 40 + b);
+  for (int b = 4; b < 6; b++) Fill(t1, b, 40 + b);
+  Gate gate;
+  TransferEngine te(&t0, &t1, nullptr);
+  te.SetCopyHook([&](const CopyPoint& p) {
+    gate.Record(Name(p));
+    if (Name(p) != "op 1") return;
+    std::unique_lock<std::mutex> lock(gate.mu);
+    gate.WaitOpen(lock);
+  });
+  std::vector<TransferOp> outs;  // T0 blocks 0..3 -> T1 blocks 0..3
+  for (int b = 0; b < 4; b++) outs.push_back(TransferOp{uint64_t(b + 1), Tier::kT0, b, Tier::kT1, b, 1, b});
+  te.Submit(outs, {});
+  ASSERT_TRUE(gate.WaitLogged("op 1"));
+  // T1 blocks 4, 5 -> T0 blocks 4, 5.
+  auto g = te.SubmitSwapIns({TransferOp{10, Tier::kT1, 4, Tier::kT0, 4, 2, 0}, TransferOp{11, Tier::kT1, 5, Tier::kT0, 5, 2, 1}});
+  gate.Open();
+  g->WaitLayer(kShape.n_layers - 1);
+  te.WaitIdle();
+  EXPECT_FALSE(gate.timed_out);
+  const std::vector<std::string> want{"op 1", "swap-in layer 0", "swap-in layer 1", "swap-in layer 2",
+                                      "swap-in layer 3", "op 2", "op 3", "op 4"};
+  EXPECT_EQ(gate.Log(), want);
+  std::vector<uint64_t> order;
+  for (const auto& [id, ok] : te.TakeCompleted()) order.push_back(id);
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 10, 11, 2, 3, 4}));
+  for (int b = 0; b < 4; b++) EXPECT_TRUE(Same(t1, b, t0, b));
+  EXPECT_TRUE(Same(t0, 4, t1, 4));
+  EXPECT_TRUE(Same(t0, 5, t1, 5));
+}
+
+// A task runs in submission order behind queued ops, after a swap-in group submitted before it
+// (it reads what the group brought in), and is not reported as an op.
+TEST(Transfer, TaskRunsAfterEarlierSwapIns) {
+  KvStorage t0(kShape, 4), t1(kShape, 4);
+  Fill(t1, 0, 77);
+  Gate gate;
+  TransferEngine te(&t0, &t1, nullptr);
+  te.SetCopyHook([&](const CopyPoint& p) { gate.Record(Name(p)); });
+  te.Submit({TransferOp{1, Tier::kT0, 3, Tier::kT1, 3, 1, 0}}, {});
+  auto g = te.SubmitSwapIns({TransferOp{2, Tier::kT1, 0, Tier::kT0, 0, 1, 1}});
+  bool saw_swap_in = false;
+  auto task = te.SubmitTask([&] {
+    saw_swap_in = Same(t0, 0, t1, 0);
+    for (int l = 0; l < kShape.n_layers; l++) std::memcpy(t0.block(l, 1), t0.block(l, 0), kShape.LayerBlockBytes());
+    return true;
+  });
+  te.WaitIdle();
+  EXPECT_TRUE(task->done());
+  EXPECT_TRUE(task->ok());
+  EXPECT_TRUE(saw_swap_in);
+  EXPECT_TRUE(Same(t0, 1, t1, 0));
+  const std::vector<std::string> log = gate.Log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.back(), "task");
+  EXPECT_EQ(te.TakeCompleted().size(), 2u);  // ops 1 and 2
+  auto failed = te.SubmitTask([] { return false; });
+  te.WaitIdle();
+  EXPECT_TRUE(failed->done());
+  EXPECT_FALSE(failed->ok());
 }
 
 }  // namespace
