@@ -105,6 +105,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& to
     }
     p->cv_.notify_all();
   });
+  if (config.transfer_hook) e->transfer_->SetCopyHook(config.transfer_hook);
   for (int32_t id = 0; id < tokenizer.n_vocab(); id++) {
     if (tokenizer.IsEog(id)) e->eog_tokens_.push_back(id);
   }
@@ -143,10 +144,11 @@ Error Engine::Stopped() { return MakeError(StatusCode::kUnavailable, "the engine
 
 void Engine::Loop() {
   // Sleeps until there is something to do: a command (a new turn, a session verb), a finished tier
-  // copy, or a runnable turn. A waiting turn that a step could not admit while copies are in
-  // flight sleeps until one lands: it never spins on Step() (each Acquire it would make only
-  // records the room it wants; upkeep starts each copy once). Without copies in flight upkeep
-  // frees blocks at once (drops), so the next step admits it. Housekeeping (session expiry)
+  // copy, or a runnable turn. A waiting turn (or composition) that a step could not admit while
+  // copies are in flight sleeps until one lands: it never spins on Step() (each Acquire it would
+  // make only records the room it wants; upkeep starts each copy once). Without copies in flight
+  // upkeep frees blocks at once (drops), so the next step admits it. A composition copying its
+  // rows sleeps until the transfer thread signals its task done. Housekeeping (session expiry)
   // wakes the loop once a second when configured.
   const bool housekeeping = config_.session_ttl_s > 0 || config_.max_sessions > 0;
   bool stuck = false;  // the last step ran nothing while turns waited
@@ -157,7 +159,7 @@ void Engine::Loop() {
       const bool blocked = stuck && cache_->transfers_in_flight();
       auto ready = [&] {
         return stop_ || !commands_.empty() || transfers_done_ || !running_.empty() ||
-               (!waiting_.empty() && !blocked);
+               ((!waiting_.empty() || CompositionWaitsForRoom()) && !blocked);
       };
       if (housekeeping) {
         cv_.wait_for(lock, std::chrono::seconds(1), ready);
@@ -170,9 +172,18 @@ void Engine::Loop() {
     }
     for (auto& c : cmds) c();
     Step();
-    stuck = running_.empty() && !waiting_.empty();
+    stuck = running_.empty() && (!waiting_.empty() || CompositionWaitsForRoom());
   }
-  // Shutdown: cancel what is queued or running, then keep the KV on disk for a restart.
+  // Shutdown. Verbs queued before closing still run (so every Call gets its answer), and before
+  // the cancellations: a turn they submit, or a composition they queue, is then ended too instead
+  // of being left waiting forever. Then the KV goes to disk for a restart.
+  std::deque<std::function<void()>> last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;  // later Calls fail instead of queueing
+    last.swap(commands_);
+  }
+  for (auto& c : last) c();
   double now = Now();
   for (auto& r : running_) Finish(*r, FinishReason::kCancelled, now);
   running_.clear();
@@ -180,13 +191,7 @@ void Engine::Loop() {
     Finish(*waiting_.front(), FinishReason::kCancelled, now);
     waiting_.pop_front();
   }
-  std::deque<std::function<void()>> last;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;  // later Calls fail instead of queueing
-    last.swap(commands_);
-  }
-  for (auto& c : last) c();  // verbs queued during shutdown still get an answer
+  AbortCompositions();
   FlushToDisk();
 }
 
@@ -239,7 +244,7 @@ Status Engine::DeleteSession(SessionId id) {
     auto it = sessions_.find(id);
     if (it == sessions_.end()) {
       st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
-    } else if (it->second.busy) {
+    } else if (it->second.busy || it->second.composing) {
       st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
     } else {
       cache_->RemoveSession(id);
@@ -258,7 +263,7 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
       return;
     }
     Session& src = it->second;
-    if (src.busy) {
+    if (src.busy || src.composing) {
       out = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
       return;
     }
@@ -296,7 +301,7 @@ Status Engine::TruncateSession(SessionId id, int n_tokens) {
       return;
     }
     Session& s = it->second;
-    if (s.busy) {
+    if (s.busy || s.composing) {
       st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
       return;
     }

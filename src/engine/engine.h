@@ -47,6 +47,9 @@ struct EngineConfig {
   int max_context = 0;               // positions per session; 0 = the model's context length
   double session_ttl_s = 0;          // idle sessions older than this are deleted; 0 = never
   int max_sessions = 0;              // at most this many sessions (least recently used go); 0 = no bound
+  // Tests: runs on the transfer thread before each copy (TransferEngine::SetCopyHook), e.g. to
+  // slow copies down. Empty in production.
+  std::function<void(const CopyPoint&)> transfer_hook;
 };
 
 // Positions [src_pos, src_pos + len) of one session's KV copied to [dst_pos, dst_pos + len) of another.
@@ -126,7 +129,11 @@ class Engine {
   // cached KV along `runs`, keys re-rotated by dst_pos - src_pos (RoPE composes). Approximate by
   // design: the copied KV was computed attending to a context that is now partly gone. Chunks not
   // wholly covered by copies of available KV are recomputed by the next turn. src must be idle.
-  // Blocks the engine thread while src's KV is brought into T0.
+  // The caller waits while src's KV is brought into T0 (disk reads included) and the rows are
+  // copied on the transfer thread; the engine thread goes on running other turns meanwhile.
+  // Until it returns, turns submitted on src wait and Fork/Truncate/Delete of src refuse
+  // (kFailedPrecondition). Errors: kNotFound, kFailedPrecondition (src busy), kInvalidArgument,
+  // kResourceExhausted (no room in T0 now), kUnavailable.
   Result<SessionId> ComposeSession(SessionId src, std::vector<int32_t> tokens, const std::vector<KvRun>& runs);
   // Summaries of the sessions among ids that exist, in one engine call (tokens and turns are
   // left empty; n_tokens and n_turns give their sizes).
@@ -145,6 +152,7 @@ class Engine {
 
  private:
   struct Running;
+  struct Composition;
   explicit Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& config);
   // Runs fn on the engine thread and waits for it. False (fn not run) once the thread has exited.
   bool Call(const std::function<void()>& fn);
@@ -166,8 +174,15 @@ class Engine {
   void FlushToDisk();
   void RestoreFromDisk(Session& s);
   DiskSlotId SlotId(SessionId s, int chunk) const;
-  // Acquires s for n positions right now, waiting for copies between tiers; swap-ins completed.
-  Result<CacheManager::Acquired> AcquireNow(SessionId s, int n);
+  // Compositions (compose.cpp). AdvanceCompositions moves the oldest ones on without blocking;
+  // AdvanceComposition returns true when c has ended (its result is set).
+  void AdvanceCompositions(double now);
+  bool AdvanceComposition(Composition& c, double now);
+  void EndComposition(Composition& c, Result<SessionId> r);
+  // The oldest composition waits for an admission (room or loads), like a waiting turn.
+  bool CompositionWaitsForRoom() const;
+  // Shutdown: ends every composition with kUnavailable once the transfer thread is idle.
+  void AbortCompositions();
   // Feeds a timed step to the cost fit and, when the fitted b/a has moved, the policy.
   void Calibrate(const StepSample& s);
 
@@ -186,6 +201,7 @@ class Engine {
   SessionId next_session_ = 1;
   std::deque<std::unique_ptr<Running>> waiting_;
   std::vector<std::unique_ptr<Running>> running_;
+  std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first
   std::vector<float> logits_;
   std::vector<TransferOp> transfer_group_ops_;  // swap-ins of turns admitted this step
   bool disk_scanned_ = false;

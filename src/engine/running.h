@@ -1,6 +1,8 @@
-// A turn while the engine holds it (private to the engine's .cpp files).
+// A turn, and a composition, while the engine holds them (private to the engine's .cpp files).
 #pragma once
 
+#include <future>
+#include <memory>
 #include <optional>
 
 #include "engine/engine.h"
@@ -34,6 +36,22 @@ struct Engine::Running {
     if (next_query < queries.size()) return queries[next_query];
     return static_cast<int>(seq.size()) - (tail_unfed ? 1 : 0);
   }
+};
+
+struct ComposeCopy;  // compose.cpp: what the transfer thread's copy task reads and writes
+
+// A selective-context composition (Engine::ComposeSession), advanced by the engine's steps.
+struct Engine::Composition {
+  enum class Phase { kAcquireSrc, kAcquireDst, kCopying };
+  Phase phase = Phase::kAcquireSrc;
+  SessionId src = -1, dst = -1;
+  int src_kv = 0;                        // src's positions with KV, acquired
+  std::vector<KvRun> runs;
+  CacheManager::Acquired a;              // src's acquisition (from kAcquireDst on)
+  std::shared_ptr<ComposeCopy> copy;     // (kCopying)
+  std::shared_ptr<TransferTask> task;    // (kCopying)
+  int stalls = 0;                        // consecutive kLater with nothing in flight or running
+  std::promise<Result<SessionId>> result;
 };
 
 }  // namespace mnemo

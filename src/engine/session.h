@@ -22,6 +22,8 @@ struct Session {
   double created = 0;           // engine clock, seconds
   double last_active = 0;       // engine clock, seconds
   bool busy = false;            // a turn is queued or running on it
+  int composing = 0;            // compositions queued or running that read its KV: its turns wait,
+                                // and verbs that change its KV refuse
 };
 
 // Hash of tokens [0, n): what the KV of a chunk ending at n depends on (for disk slot headers).

@@ -14,6 +14,7 @@ void Engine::Step() {
   PollTransfers();
   if (now - last_expiry_ > 1.0) ExpireSessions(now);
   Admit(now);
+  AdvanceCompositions(now);  // after Admit: its kLater is the want the upkeep below serves
   Schedule(Now());
   // Keep some T0 free ahead of need (demotions run in the background), then start the copies.
   cache_->Maintain(cache_->capacity(Tier::kT0) - cache_->admission_blocks(), Now());
@@ -71,11 +72,18 @@ void Engine::SubmitTransfers() {
 }
 
 void Engine::Admit(double now) {
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running) {
-    Running& r = *waiting_.front();
+  // First come, first served, except that a turn whose session a composition reads (it holds or
+  // will hold the session) is passed over until the composition ends.
+  size_t i = 0;
+  while (i < waiting_.size() && static_cast<int>(running_.size()) < config_.max_running) {
+    Running& r = *waiting_[i];
     if (r.handle->cancelled()) {
       Finish(r, FinishReason::kCancelled, now);
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + i);
+      continue;
+    }
+    if (r.session->composing) {
+      i++;
       continue;
     }
     const SessionId sid = r.session->id;
@@ -89,7 +97,7 @@ void Engine::Admit(double now) {
                                  r.seq.size(), cache_->admission_blocks() * kBlockTokens);
       spdlog::info("session {}: turn refused: {}", sid, r.result.error.message);
       Finish(r, r.result.tokens.empty() ? FinishReason::kError : FinishReason::kLength, now);
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + i);
       continue;
     }
     r.admitted = true;
@@ -127,8 +135,8 @@ void Engine::Admit(double now) {
     stats_.sources.t2 += src.t2;
     stats_.sources.recomputed += src.recomputed;
     stats_.sources.fresh += src.fresh;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[i]));
+    waiting_.erase(waiting_.begin() + i);
   }
   // The sessions of queued turns are about to be read: keep them from looking idle, or they
   // become the policy's first victims exactly while they wait (the longer the queue, the more
@@ -419,7 +427,7 @@ void Engine::ExpireSessions(double now) {
   last_expiry_ = now;
   std::vector<std::pair<double, SessionId>> idle;
   for (const auto& [id, s] : sessions_) {
-    if (!s.busy) idle.push_back({s.last_active, id});
+    if (!s.busy && !s.composing) idle.push_back({s.last_active, id});
   }
   std::sort(idle.begin(), idle.end());
   size_t over = config_.max_sessions > 0 && static_cast<int>(sessions_.size()) > config_.max_sessions

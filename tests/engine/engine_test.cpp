@@ -6,10 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "../model/test_util.h"
 #include "exactness_util.h"
@@ -445,6 +449,191 @@ TEST(Engine, ComposeSessionCopiesAndShiftsCachedKv) {
   EXPECT_EQ(r2.prompt_tokens, int(kept.size()) + 2);
   EXPECT_GT(r2.sources.t0, int(kept.size()) - 2 * kBlockTokens);  // at most the chunks straddling a seam recompute
   EXPECT_FALSE((*e)->ComposeSession(999, kept, {}).ok());
+}
+
+// Shutdown while other threads submit turns and compose sessions: every verb gets an answer
+// (a result, or kUnavailable once the engine has closed) and every turn handed out ends, none left
+// waiting forever. One composition's copy is held on the transfer thread until the submitters
+// have seen the engine closed, which keeps the destructor running while they call (callers must
+// not outlive it) and makes the composition's abort path run every time; the submitters race the
+// start of the shutdown (TSan runs this too).
+TEST(Engine, ShutdownAnswersEveryVerbAndEndsEveryTurn) {
+  std::atomic<bool> hold{true}, held{false};
+  EngineConfig config = Config(64, 0, 0, "pensieve");
+  config.transfer_hook = [&](const CopyPoint& p) {
+    if (p.kind != CopyPoint::Kind::kTask) return;
+    held = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (hold && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  };
+  auto created = Engine::Create(*F().l.model, *F().tok, config);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Engine> e = std::move(*created);
+  SessionId src = e->CreateSession();
+  (*e->Submit(Greedy(src, {1, 20, 21, 22, 23, 24, 25, 26}, 30)))->Wait();
+  const std::vector<int32_t> log = e->GetSession(src)->tokens;
+  Result<SessionId> composed = MakeError("not called");
+  std::thread composer([&] { composed = e->ComposeSession(src, log, {KvRun{0, 0, int(log.size())}}); });
+  while (!held) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  std::mutex mu;
+  std::vector<std::shared_ptr<TurnHandle>> handles;
+  int refused = 0, other_errors = 0;
+  std::vector<std::thread> submitters;
+  Engine* engine = e.get();
+  for (int t = 0; t < 3; t++) {
+    submitters.emplace_back([&, t] {
+      for (;;) {  // until the engine refuses
+        SessionId s = engine->CreateSession();
+        if (s < 0) break;  // closed
+        auto h = engine->Submit(Greedy(s, {1, 30 + t, 31, 32}, 50));
+        std::lock_guard<std::mutex> lock(mu);
+        if (h.ok()) {
+          handles.push_back(*h);
+        } else if (h.error().code == StatusCode::kUnavailable) {
+          refused++;
+          break;
+        } else {
+          other_errors++;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::thread releaser([&] {  // lets the held composition go once every submitter saw the engine closed
+    for (auto& t : submitters) t.join();
+    hold = false;
+  });
+  e.reset();
+  releaser.join();
+  composer.join();
+  ASSERT_FALSE(composed.ok());
+  EXPECT_EQ(composed.error().code, StatusCode::kUnavailable);
+  EXPECT_EQ(other_errors, 0);
+  // Every handle ends: wait for each on a thread of its own, detached if it never returns.
+  for (auto& h : handles) {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([h, done] {
+      h->Wait();
+      *done = true;
+    }).detach();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!*done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(*done) << "a turn submitted during shutdown never ended";
+  }
+}
+
+// Composition copies run on the transfer thread: while the source's KV comes up from the disk tier
+// and its rows are copied, another session keeps decoding. Every copy of the composition (the
+// source's loads and swap-ins, the row-copy task) is held in the transfer hook until session B has
+// sampled another token. An engine thread that waited for those copies could not step B while a
+// copy was held: the hook's wait would time out with B at a standstill.
+TEST(Engine, ComposeCopiesDoNotStallOtherTurns) {
+  std::string dir = std::filesystem::temp_directory_path() / ("mnemo-compose-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  Rng rng(47);
+  SessionId src = -1;
+  std::vector<int32_t> log;
+  {
+    auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 8, 64, "pensieve", dir));
+    ASSERT_TRUE(e.ok());
+    src = (*e)->CreateSession();
+    auto first = RandomTokens(rng, 100);
+    first.insert(first.begin(), 1);
+    (*(*e)->Submit(Greedy(src, first, 12)))->Wait();
+    log = (*e)->GetSession(src)->tokens;
+  }  // shutdown writes the KV to disk: the next engine reads it back from there
+  struct Watch {
+    std::atomic<bool> active{false};  // hold the composition's copies
+    std::atomic<int> b_tokens{0};     // tokens session B has sampled
+    std::mutex mu;
+    int held_loads = 0, held_swap_ins = 0, held_tasks = 0;
+    int stalls = 0;  // held copies during which B sampled nothing for 10 s
+    std::atomic<bool> held{false};     // a composition copy is held now
+    std::atomic<bool> probed{false};   // the prober has acted on the source meanwhile
+  };
+  auto w = std::make_shared<Watch>();
+  EngineConfig config = Config(64, 8, 64, "pensieve", dir);
+  config.transfer_hook = [w, src](const CopyPoint& p) {
+    if (!w->active) return;
+    bool mine = p.kind == CopyPoint::Kind::kTask;  // only the composition submits tasks
+    for (const TransferOp& op : *p.ops) mine = mine || op.session == src;
+    if (!mine) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    w->held = true;
+    while (!w->probed && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    const int base = w->b_tokens.load();
+    while (w->b_tokens.load() == base && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    std::lock_guard<std::mutex> lock(w->mu);
+    if (w->b_tokens.load() == base) {
+      w->stalls++;
+      w->active = false;  // one stall decides it: do not wait 10 s more per copy
+    }
+    if (p.kind == CopyPoint::Kind::kOp) w->held_loads++;
+    if (p.kind == CopyPoint::Kind::kSwapInLayer) w->held_swap_ins++;
+    if (p.kind == CopyPoint::Kind::kTask) w->held_tasks++;
+  };
+  auto e = Engine::Create(*F().l.model, *F().tok, config);
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE((*e)->RestoreSession(src, log, {}).ok());
+  const int kv = (*e)->GetSession(src)->kv_tokens;
+  ASSERT_GT(kv, 3 * kBlockTokens);
+  // Session B decodes for as long as the context allows; a reader counts its tokens.
+  SessionId b = (*e)->CreateSession();
+  std::vector<int32_t> b_prompt{1, 40, 41, 42};
+  auto hb = (*e)->Submit(Greedy(b, b_prompt, kMaxContext - 8));
+  ASSERT_TRUE(hb.ok());
+  std::thread reader([&] {
+    TurnEvent ev;
+    while ((*hb)->Next(&ev)) {
+      if (ev.kind == TurnEvent::kText) w->b_tokens++;
+    }
+  });
+  while (w->b_tokens.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // While a composition copy is held: the source cannot be deleted, and a turn on it waits for
+  // the composition (then runs exactly).
+  Status deleted;
+  Result<std::shared_ptr<TurnHandle>> src_turn = MakeError("not submitted");
+  std::thread prober([&] {
+    while (!w->held) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    deleted = (*e)->DeleteSession(src);
+    src_turn = (*e)->Submit(Greedy(src, {300, 301, 302}, 6));
+    w->probed = true;
+  });
+  w->active = true;
+  auto same = (*e)->ComposeSession(src, std::vector<int32_t>(log.begin(), log.begin() + kv), {KvRun{0, 0, kv}});
+  w->active = false;
+  const int b_after = w->b_tokens.load();
+  (*hb)->Cancel();
+  reader.join();
+  prober.join();
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  ASSERT_FALSE(deleted.ok());
+  EXPECT_EQ(deleted.error().code, StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(src_turn.ok()) << src_turn.error().message;
+  std::vector<int32_t> src_ctx = log;
+  src_ctx.insert(src_ctx.end(), {300, 301, 302});
+  ExpectMatches((*src_turn)->Wait(), FromScratch(src_ctx, 6), "turn on the source queued during its composition");
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    EXPECT_EQ(w->stalls, 0) << "session B sampled nothing while a composition copy was held";
+    EXPECT_GE(w->held_loads, 1);  // the source came up from the disk tier
+    EXPECT_EQ(w->held_tasks, 1);
+  }
+  EXPECT_LT(b_after, kMaxContext - 8) << "B finished before the composition: the test proved nothing";
+  // The composed session is exact: its next turn equals recomputation, with nothing recomputed.
+  std::vector<int32_t> more{log.begin() + kv, log.end()};
+  more.insert(more.end(), {300, 301, 302});
+  std::vector<int32_t> ctx(log.begin(), log.begin() + kv);
+  ctx.insert(ctx.end(), more.begin(), more.end());
+  TurnResult r = (*(*e)->Submit(Greedy(*same, more, 6)))->Wait();
+  ExpectMatches(r, FromScratch(ctx, 6), "compose from disk");
+  EXPECT_EQ(r.sources.recomputed, 0);
+  e->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
