@@ -167,6 +167,7 @@ void RegisterBench(CLI::App& app) {
   RegisterBenchConvkv(bench);
   RegisterBenchServe(bench);
   RegisterBenchCache(bench);
+  RegisterBenchTurns(bench);
 }
 
 }  // namespace mnemo::app

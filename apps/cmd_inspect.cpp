@@ -32,6 +32,7 @@ void RegisterMakeModel(CLI::App& app) {
     MakeModelOptions opt;
     std::string dtype = "f16";
     std::string chat_template_path;
+    int context_length = 0;
   };
   auto f = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("make-model", "write a GGUF with random weights of a realistic shape");
@@ -50,6 +51,8 @@ void RegisterMakeModel(CLI::App& app) {
   cmd->add_option("--seed", f->opt.seed, "random seed");
   cmd->add_option("--vocab", f->opt.vocab_path, "GGUF to take the tokenizer from")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", f->opt.output_path, "output GGUF")->required();
+  cmd->add_option("--context-length", f->context_length, "positions the model declares (default: the preset's)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--chat-template", f->chat_template_path, "Jinja file written as tokenizer.chat_template "
                   "(default: the vocab's)")->check(CLI::ExistingFile);
   cmd->callback([f] {
@@ -61,6 +64,16 @@ void RegisterMakeModel(CLI::App& app) {
         std::fprintf(stderr, "error: cannot read %s\n", f->chat_template_path.c_str());
         throw CLI::RuntimeError(1);
       }
+    }
+    if (f->context_length > 0) {
+      auto c = PresetConfig(f->opt.arch, f->opt.preset);
+      if (!c.ok()) {
+        std::fprintf(stderr, "error: %s\n", c.error().message.c_str());
+        throw CLI::RuntimeError(1);
+      }
+      c->context_length = f->context_length;
+      f->opt.config = *c;
+      f->opt.name = f->opt.preset;
     }
     Status st = MakeModel(f->opt);
     if (!st.ok()) {

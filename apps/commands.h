@@ -51,6 +51,7 @@ void RegisterBenchMultiturn(CLI::App* bench);
 void RegisterBenchConvkv(CLI::App* bench);
 void RegisterBenchServe(CLI::App* bench);
 void RegisterBenchCache(CLI::App* bench);
+void RegisterBenchTurns(CLI::App* bench);
 void RegisterChat(CLI::App& app);
 void RegisterServe(CLI::App& app);
 

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "server/http_util.h"
@@ -162,6 +163,15 @@ std::variant<std::string, ApiError> ApiServer::Authenticate(const Req& req) cons
   return ApiError{401, "invalid_request_error", "Incorrect API key provided.", "", "invalid_api_key"};
 }
 
+namespace {
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), seconds.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+}  // namespace
+
 httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
                                          std::function<void(const Req&, Res&, const std::string&)> fn) {
   return [this, route, auth, fn](const Req& req, Res& res) {
@@ -175,11 +185,13 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
       }
       owner = std::get<std::string>(a);
     }
+    const double cpu0 = ThreadCpuSeconds();
     try {
       fn(req, res, owner);
     } catch (...) {  // a bug, never bad input: the client sees no exception text, the log does
       http::SendError(res, http::InternalError(req.method + " " + req.path, std::current_exception()));
     }
+    metrics_.RequestCpu(route, ThreadCpuSeconds() - cpu0);
     metrics_.Request(route, res.status);
     if (res.status >= 500) {
       spdlog::warn("{} {} -> {}: {}", req.method, req.path, res.status, res.body.substr(0, 300));

@@ -59,6 +59,11 @@ void Metrics::Request(const std::string& route, int status) {
   requests_[{route, status}]++;
 }
 
+void Metrics::RequestCpu(const std::string& route, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  request_cpu_[route] += seconds;
+}
+
 void Metrics::Turn(const TurnResult& r) {
   prompt_tokens_ += r.prompt_tokens;
   completion_tokens_ += r.tokens.size();
@@ -87,6 +92,9 @@ std::string Metrics::Render(const EngineStats& e) const {
       Line(&out, "mnemo_http_requests_total{route=\"%s\",status=\"%d\"} %llu", k.first.c_str(), k.second,
            static_cast<unsigned long long>(v));
     }
+    Header(&out, "mnemo_request_cpu_seconds_total", "counter",
+           "CPU time of HTTP handler threads by route (the request path, without the engine's compute)");
+    for (const auto& [k, v] : request_cpu_) Line(&out, "mnemo_request_cpu_seconds_total{route=\"%s\"} %.9f", k.c_str(), v);
     Header(&out, "mnemo_turns_total", "counter", "Turns finished by finish reason");
     for (const auto& [k, v] : finish_) {
       Line(&out, "mnemo_turns_total{finish_reason=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));

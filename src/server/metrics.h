@@ -35,6 +35,11 @@ class Metrics {
   Metrics();
   // One HTTP request finished with this status on this route (e.g. "/v1/chat/completions").
   void Request(const std::string& route, int status);
+  // CPU time the handler thread spent on one request of this route: the request path (parsing,
+  // history, rendering, tokenizing, session match, store commit), not the engine's compute, which
+  // runs on its own threads while the handler waits. Streamed bodies written after the handler
+  // returns are not counted.
+  void RequestCpu(const std::string& route, double seconds);
   // One turn finished.
   void Turn(const TurnResult& r);
   void InterToken(double seconds) { itl_.Observe(seconds); }
@@ -47,6 +52,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
+  std::map<std::string, double> request_cpu_;                  // route -> handler CPU seconds
   std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
   std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, recomputed_{0}, fresh_{0};
   std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
