@@ -206,6 +206,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
     e.owner = spec.owner;
     e.tokens = new_hist;
     e.unstored_prefix = new_hist;
+    IndexLocked(*dst, 0);
   }
   spec.hint = SessionHint{"", *dst, static_cast<int64_t>(new_hist.size())};
   return report;

@@ -78,6 +78,7 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       Entry& e = s->sessions_[ss.id];
       e.owner = ss.owner;
       e.tokens = std::move(ss.tokens);
+      s->IndexLocked(ss.id, 0);
       return Status::Ok();
     });
     if (!st.ok()) return st.error();
@@ -108,9 +109,13 @@ ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
 }
 
 std::vector<Service::TurnMark> Service::MarksWithin(const Entry& e, size_t n, const std::string& text) {
+  // One pass over the texts, then O(1) per mark (comparing each mark's prefix cost O(turns x text)).
+  const size_t n_cmp = std::min(text.size(), e.text.size());
+  const size_t same = static_cast<size_t>(
+      std::mismatch(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n_cmp), e.text.begin()).first - text.begin());
   std::vector<TurnMark> out;
   for (const TurnMark& m : e.marks) {  // nested prefixes: the first that fails ends the list
-    if (m.end > n || m.text_end > text.size() || text.compare(0, m.text_end, e.text, 0, m.text_end) != 0) break;
+    if (m.end > n || m.text_end > same) break;
     out.push_back(m);
   }
   return out;
@@ -269,7 +274,10 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       }
     }
     if (plan == Plan::kNew) lcp = 0;
-    if (plan == Plan::kContinue || plan == Plan::kTruncate) sessions_.at(target).busy = true;
+    if (plan == Plan::kContinue || plan == Plan::kTruncate) {
+      sessions_.at(target).busy = true;
+      index_.SetIdle(target, false);
+    }
     break;
   }
 
@@ -313,6 +321,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_[target].busy = false;
+      IndexLocked(target, sessions_[target].tokens.size());
       return ToApiError(t.error());
     }
   }
@@ -333,7 +342,9 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       e.owner = spec.owner;
       e.busy = true;
       e.version++;
+      const size_t kept = plan == Plan::kContinue ? e.tokens.size() : std::min(lcp, e.tokens.size());
       if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
+      IndexLocked(id, kept);
       if (plan == Plan::kTruncate) e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(lcp), lcp);
       e.marks = std::move(marks);
       e.text = std::move(new_text);
@@ -357,6 +368,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[id].busy = false;
+    IndexLocked(id, sessions_[id].tokens.size());
     const Error& err = h.error();
     return ToApiError(err, err.code == StatusCode::kResourceExhausted ? "the server is busy: " : "");
   }
@@ -415,6 +427,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   Entry& e = sessions_[t.session];
   e.busy = false;
   if (keep) e.unstored_prefix.clear();
+  const size_t kept = keep ? std::min(e.tokens.size(), static_cast<size_t>(r.log_begin)) : e.tokens.size();
   if (keep) {
     e.store_truncate.reset();
     e.version++;
@@ -426,24 +439,31 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   } else if (t.new_session || t.fork_of || !unstored.empty()) {  // nothing of it reached the store: forget it
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);
+    index_.Remove(t.session);
     Status d = engine_.DeleteSession(t.session);
     if (!d.ok()) spdlog::warn("session {}: discarding an uncommitted session failed: {}", t.session, d.error().message);
+    return item_ids;
   }
+  IndexLocked(t.session, kept);
   return item_ids;
 }
 
 std::pair<int64_t, size_t> Service::BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens) {
-  int64_t target = -1;
-  size_t lcp = 0;
-  for (auto& [id, e] : sessions_) {  // the owner's idle session sharing the most
-    if (e.owner != owner || e.busy) continue;
-    size_t n = CommonPrefix(e.tokens, e.tokens.size(), tokens);
-    if (n > lcp || (n == lcp && n > 0 && target >= 0 && e.tokens.size() == n)) {
-      lcp = n;
-      target = id;
-    }
+  // The owner's idle session sharing the most, preferring one whose whole log is shared: O(tokens),
+  // whatever the number of sessions (prefix_index.h).
+  return index_.Best(owner, tokens);
+}
+
+void Service::IndexLocked(int64_t id, size_t kept) {
+  const Entry& e = sessions_.at(id);
+  if (!index_.Contains(id)) {
+    index_.Insert(id, e.owner, e.tokens, !e.busy);
+    return;
   }
-  return {target, lcp};
+  if (kept < index_.Length(id)) index_.Truncate(id, kept);
+  if (e.tokens.size() > kept) index_.Append(id, std::span<const int32_t>(e.tokens).subspan(kept));
+  index_.SetIdle(id, !e.busy);
+  MNEMO_CHECK_MSG(index_.Length(id) == e.tokens.size(), "the prefix index lost step with a session's log");
 }
 
 std::pair<int64_t, size_t> Service::BestSession(const std::string& owner, const std::vector<int32_t>& tokens) {
@@ -459,6 +479,7 @@ void Service::ForgetLocked(int64_t id) {
     if (k != keys_.end() && k->second == id) keys_.erase(k);
   }
   sessions_.erase(it);
+  index_.Remove(id);
 }
 
 void Service::DropExpiredLocked() {
@@ -484,6 +505,7 @@ Status Service::DeleteSession(int64_t id, const std::string& owner) {
     if (it->second.busy) return MakeError(StatusCode::kFailedPrecondition, "the session has a turn in progress");
     if (!it->second.key.empty()) keys_.erase(owner + '\n' + it->second.key);
     sessions_.erase(it);
+    index_.Remove(id);
   }
   MNEMO_TRY(engine_.DeleteSession(id));
   if (store_) MNEMO_TRY(store_->DeleteSession(id));

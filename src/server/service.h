@@ -27,6 +27,7 @@
 #include "chat/chat_template.h"
 #include "context/scoring.h"
 #include "server/api_error.h"
+#include "server/prefix_index.h"
 #include "engine/engine.h"
 #include "store/store.h"
 #include "tokenizer/tokenizer.h"
@@ -180,6 +181,9 @@ class Service {
   };
   // The marks of `e` that stay valid when its log is cut to n tokens and its text becomes `text`.
   static std::vector<TurnMark> MarksWithin(const Entry& e, size_t n, const std::string& text);
+  // Brings index_ in step with sessions_[id] after its log or busy flag changed; the log's first
+  // `kept` tokens are as the index last saw them (cost: the tokens after `kept`). Callers hold mu_.
+  void IndexLocked(int64_t id, size_t kept);
   // Forgets session id (and its client key). Callers hold mu_.
   void ForgetLocked(int64_t id);
   // Forgets the sessions the engine expired (session TTL, max sessions). Callers hold mu_.
@@ -203,6 +207,7 @@ class Service {
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id
   std::unordered_map<std::string, int64_t> keys_;                   // owner + '\n' + key -> session
+  PrefixIndex index_;  // sessions_' logs, owners and busy flags, for the longest-prefix match
 };
 
 }  // namespace mnemo

@@ -218,6 +218,38 @@ TEST(SessionReuse, EditedHistoryForksAndTheOriginalGoesOn) {
   EXPECT_EQ(Metric(server.port(), "mnemo_cow_recomputes_total"), 0) << server.log();
 }
 
+// Raw prompts (/v1/completions) find their session by token prefix alone (the service's prefix
+// index): each continues the session holding its longest prefix, another owner's sessions are
+// never matched, and a prompt that leaves a session's log part-way forks it there.
+TEST(SessionReuse, RawPromptsContinueTheSessionSharingTheLongestPrefix) {
+  ServerProcess server({"--api-key", "k", "--api-key", "other"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port(), "k"), other(server.port(), "other");
+  auto complete = [&](Client& cl, const std::string& prompt) {
+    Json r = cl.Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}});
+    return r.is_object() ? r : Json{{"choices", {{{"text", ""}}}}, {"usage", {{"prompt_tokens", -1}}}};
+  };
+  auto cached = [](const Json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(); };
+  const std::string p1 = "Once upon a time there was a little cat who liked to sleep in the warm sun all day long.";
+  const std::string p2 = "Lily and Ben went to the park with their big red ball and played until the sun went down.";
+  Json a1 = complete(c, p1), b1 = complete(c, p2);
+  EXPECT_EQ(c.Get("/v1/sessions")["data"].size(), 2u);
+  const std::string a_text = p1 + a1["choices"][0]["text"].get<std::string>();
+  const std::string b_text = p2 + b1["choices"][0]["text"].get<std::string>();
+  Json b2 = complete(c, b_text + " Then they went home.");  // continues the second session
+  EXPECT_GE(cached(b2), b1["usage"]["prompt_tokens"].get<int>());
+  Json a2 = complete(c, a_text + " The cat woke up.");  // continues the first
+  EXPECT_GE(cached(a2), a1["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(c.Get("/v1/sessions")["data"].size(), 2u);
+  Json o = complete(other, p1);  // the same prompt from another owner: no match, a session of its own
+  EXPECT_EQ(cached(o), 0);
+  EXPECT_EQ(other.Get("/v1/sessions")["data"].size(), 1u);
+  Json a3 = complete(c, a_text + " A dog barked at the door.");  // leaves the first session's log: a fork
+  EXPECT_GE(cached(a3), a1["usage"]["prompt_tokens"].get<int>());
+  EXPECT_LT(cached(a3), a2["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(c.Get("/v1/sessions")["data"].size(), 3u);
+}
+
 }  // namespace
 }  // namespace mnemo::testing
 
