@@ -220,18 +220,11 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     return http::SendError(res, http::BadRequest("'previous_response_id' and 'conversation' cannot be used together", "conversation", "invalid_value"));
   }
   if (prev_id) {
-    std::vector<StoredResponse> chain;
-    std::optional<std::string> cur = prev_id;
-    while (cur && static_cast<int>(chain.size()) < kMaxChain) {
-      auto r = store->GetResponse(*cur, owner);
-      if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
-      if (!r->has_value()) {
-        if (chain.empty()) return http::SendError(res, http::NotFound("Previous response with id '" + *cur + "' not found."));
-        break;  // an older link was deleted: the history starts here
-      }
-      chain.push_back(std::move(**r));
-      cur = chain.back().previous_response_id;
-    }
+    // One query for the whole chain; it ends where an older link was deleted (the history starts there).
+    auto links = store->GetResponseChain(*prev_id, owner, kMaxChain);
+    if (!links.ok()) return http::SendError(res, StoreFailure(links.error()));
+    const std::vector<ResponseLink>& chain = *links;
+    if (chain.empty()) return http::SendError(res, http::NotFound("Previous response with id '" + *prev_id + "' not found."));
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       AppendMessages(Json::parse(it->input_items_json, nullptr, false), &history, &history_pins);
       AppendMessages(Json::parse(it->output_json, nullptr, false), &history, &history_pins);

@@ -99,6 +99,38 @@ Result<std::optional<StoredResponse>> Store::GetResponse(const std::string& id, 
   return std::optional<StoredResponse>(ResponseFromRow(*st));
 }
 
+Result<std::vector<ResponseLink>> Store::GetResponseChain(const std::string& id, const std::string& owner,
+                                                         int max_links) {
+  std::lock_guard lock(read_mu_);
+  // Each step joins the previous link's previous_response_id on the primary key, with the owner
+  // filter GetResponse applies: an absent or foreign link ends the chain, as in the hop-by-hop walk.
+  auto st = reader_->Prepare(
+      "WITH RECURSIVE chain(id, prev, hop) AS ("
+      " SELECT id, previous_response_id, 0 FROM responses WHERE id=?1 AND owner=?2"
+      " UNION ALL"
+      " SELECT r.id, r.previous_response_id, chain.hop + 1 FROM chain JOIN responses r"
+      " ON r.id = chain.prev AND r.owner = ?2 WHERE chain.hop + 1 < ?3)"
+      " SELECT r.id, r.session_id, r.end_token, r.previous_response_id, r.input_items_json, r.output_json"
+      " FROM chain JOIN responses r ON r.id = chain.id ORDER BY chain.hop");
+  if (!st) return st.error();
+  st->Bind(1, id).Bind(2, owner).Bind(3, static_cast<int64_t>(max_links));
+  std::vector<ResponseLink> out;
+  for (;;) {
+    auto row = st->Step();
+    if (!row) return row.error();
+    if (!*row) break;
+    ResponseLink l;
+    l.id = st->Text(0);
+    l.session_id = st->OptInt(1);
+    l.end_token = st->Int(2);
+    l.previous_response_id = st->OptText(3);
+    l.input_items_json = st->Text(4);
+    l.output_json = st->Text(5);
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 Result<bool> Store::DeleteResponse(const std::string& id, const std::string& owner) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);

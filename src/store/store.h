@@ -98,6 +98,16 @@ struct StoredResponse {
   std::string usage_json;                           // JSON object of the usage block
 };
 
+// One response of a previous_response_id chain: the fields a next turn reads.
+struct ResponseLink {
+  std::string id;
+  std::optional<int64_t> session_id;                // as StoredResponse
+  int64_t end_token = 0;                            // as StoredResponse
+  std::optional<std::string> previous_response_id;  // the next link back, if any
+  std::string input_items_json;                     // JSON array of the input items
+  std::string output_json;                          // JSON array of the output items
+};
+
 // ---- conversations ----
 
 struct StoredConversation {
@@ -208,6 +218,12 @@ class Store {
   // Inserts r (r.created_at == 0 means now). Errors: id exists, unknown session or conversation.
   Status PutResponse(const StoredResponse& r);
   Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner);
+  // The previous_response_id chain from id back, newest first, at most max_links responses: what
+  // following GetResponse hop by hop gives, in one query (a recursive CTE over the primary key). It
+  // ends at the first link that is absent (deleted, or another owner's); empty when id itself is.
+  // Links carry what a next turn needs (ResponseLink), not the request or usage JSON.
+  // Cost: one statement, O(links) primary-key probes.
+  Result<std::vector<ResponseLink>> GetResponseChain(const std::string& id, const std::string& owner, int max_links);
   Result<bool> DeleteResponse(const std::string& id, const std::string& owner);
   // Pages through the response's input items (input_items_json, a JSON array); an item's id is
   // its "id" member ("" if it has none, such items cannot serve as `after`). nullopt when the

@@ -413,3 +413,55 @@ TEST_F(StoreObjects, FailedCommitLeavesNothing) {
 
 }  // namespace
 }  // namespace mnemo
+
+namespace mnemo {
+namespace {
+
+// The chain as the hop-by-hop walk sees it (GetResponse per link), newest first.
+std::vector<std::string> WalkIds(Store& store, const std::string& id, const std::string& owner, int max) {
+  std::vector<std::string> out;
+  std::optional<std::string> cur = id;
+  while (cur && static_cast<int>(out.size()) < max) {
+    auto r = store.GetResponse(*cur, owner);
+    if (!r.ok() || !r->has_value()) break;
+    out.push_back((*r)->id);
+    cur = (*r)->previous_response_id;
+  }
+  return out;
+}
+
+TEST_F(StoreObjects, ResponseChainIsTheHopByHopWalkInOneQuery) {
+  // resp_0 <- resp_1 <- ... <- resp_9 (key-a), with resp_4 another owner's.
+  for (int i = 0; i < 10; i++) {
+    StoredResponse r = SampleResponse("resp_" + std::to_string(i), i == 4 ? "key-b" : "key-a");
+    r.previous_response_id = i == 0 ? std::nullopt : std::optional<std::string>("resp_" + std::to_string(i - 1));
+    r.output_json = R"([{"text":")" + std::to_string(i) + R"("}])";
+    ASSERT_TRUE(store_->PutResponse(r).ok());
+  }
+  auto ids = [&](const std::string& id, const std::string& owner, int max) {
+    auto c = store_->GetResponseChain(id, owner, max);
+    EXPECT_TRUE(c.ok()) << c.error().message;
+    std::vector<std::string> out;
+    for (const auto& l : *c) out.push_back(l.id);
+    return out;
+  };
+  EXPECT_EQ(ids("resp_9", "key-a", 100), (std::vector<std::string>{"resp_9", "resp_8", "resp_7", "resp_6", "resp_5"}));
+  EXPECT_EQ(ids("resp_9", "key-a", 100), WalkIds(*store_, "resp_9", "key-a", 100));  // a foreign link ends it
+  EXPECT_EQ(ids("resp_3", "key-a", 100), WalkIds(*store_, "resp_3", "key-a", 100));
+  EXPECT_EQ(ids("resp_3", "key-a", 2), (std::vector<std::string>{"resp_3", "resp_2"}));  // at most max links
+  EXPECT_EQ(ids("resp_4", "key-a", 100), std::vector<std::string>{});  // absent for this owner
+  EXPECT_EQ(ids("resp_4", "key-b", 100), (std::vector<std::string>{"resp_4"}));
+  auto c = store_->GetResponseChain("resp_2", "key-a", 100);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 3u);
+  EXPECT_EQ((*c)[0].output_json, R"([{"text":"2"}])");
+  EXPECT_EQ((*c)[0].previous_response_id, std::optional<std::string>("resp_1"));
+  EXPECT_EQ((*c)[2].previous_response_id, std::nullopt);
+  EXPECT_EQ((*c)[1].input_items_json, SampleResponse("x", "").input_items_json);
+  ASSERT_TRUE(store_->DeleteResponse("resp_7", "key-a").ok());  // a deleted link ends it too
+  EXPECT_EQ(ids("resp_9", "key-a", 100), (std::vector<std::string>{"resp_9", "resp_8"}));
+  EXPECT_EQ(ids("resp_9", "key-a", 100), WalkIds(*store_, "resp_9", "key-a", 100));
+}
+
+}  // namespace
+}  // namespace mnemo
