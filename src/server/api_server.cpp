@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <chrono>
+
 #include "base/log.h"
 #include "server/http_util.h"
 #include "web/assets.h"
@@ -211,7 +213,15 @@ Status ApiServer::Start() {
     return MakeError("cannot bind %s:%d (in use?)", config_.host.c_str(), config_.port);
   }
   WidenBacklog(port_);
-  thread_ = std::thread([this] { http_.listen_after_bind(); });
+  listen_ended_ = false;
+  thread_ = std::thread([this] {
+    http_.listen_after_bind();
+    listen_ended_ = true;
+  });
+  // cpp-httplib's stop() closes the socket only once listening has begun; a Stop() before that (a
+  // SIGTERM pending since start-up) did nothing, and the listener then blocked in accept() forever.
+  // So Start() returns once the listener runs (or has already given up).
+  while (!http_.is_running() && !listen_ended_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 

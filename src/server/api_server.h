@@ -7,6 +7,8 @@
 
 #include <httplib.h>
 
+#include <atomic>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -64,6 +66,7 @@ class ApiServer {
   std::vector<std::string> key_hashes_;  // owners of the configured keys
   httplib::Server http_;
   std::thread thread_;
+  std::atomic<bool> listen_ended_{false};  // the listener thread's listen call returned
   int port_ = 0;
 };
 

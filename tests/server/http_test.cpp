@@ -231,6 +231,19 @@ TEST(Http, KillNineLosesNoCompletedTurn) {
   EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 20);
 }
 
+
+// SIGTERM ends the server whenever it comes: during start-up (model and KV tiers being set up),
+// just as it starts listening, or while it serves. A SIGTERM that arrived before the listener ran
+// used to leave it blocked in accept() for good (the process never exited).
+TEST(Http, SigtermAtAnyMomentEndsTheServer) {
+  for (int delay_ms : {0, 100, 400, -1, -1, -1}) {  // -1: right after it printed its address
+    ServerProcess server({}, "", /*wait_for_address=*/delay_ms < 0);
+    if (delay_ms >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    EXPECT_TRUE(server.StopWithin(SIGTERM, 60)) << "delay " << delay_ms << " ms: still running 60 s after SIGTERM\n"
+                                                << server.log();
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::testing
 

@@ -18,8 +18,8 @@ namespace mnemo::testing {
 class ServerProcess {
  public:
   // Starts the server on `model` (default: stories260K) with extra flags; waits (bounded) until it
-  // prints its address (port() stays 0 if it never does).
-  explicit ServerProcess(std::vector<std::string> extra, std::string model = "") {
+  // prints its address (port() stays 0 if it never does), unless wait_for_address is false.
+  explicit ServerProcess(std::vector<std::string> extra, std::string model = "", bool wait_for_address = true) {
     if (model.empty()) model = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
     std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model", model,
                                      "--port", "0", "--max-context", "512", "--kv-t0-mb", "16"};
@@ -41,7 +41,7 @@ class ServerProcess {
     err_ = fdopen(fds[0], "r");
     char line[1024];
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, err_)) {
+    while (wait_for_address && std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, err_)) {
       std::string l(line);
       log_ += l;
       auto p = l.find("http://127.0.0.1:");
@@ -68,6 +68,23 @@ class ServerProcess {
   std::string log() const {
     std::lock_guard<std::mutex> lock(mu_);
     return log_;
+  }
+  // Sends sig and waits up to `seconds` for the process to exit; false (and the process killed)
+  // when it did not.
+  bool StopWithin(int sig, double seconds) {
+    if (pid_ <= 0) return true;
+    kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        Stop(SIGKILL);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return true;
   }
   // Sends sig and waits for the process (SIGKILL: a crash).
   void Stop(int sig) {
