@@ -134,8 +134,10 @@ bool Engine::Call(const std::function<void()>& fn) {
       fn();
       done.set_value();
     });
+    // Notified under the lock: the engine may run fn, answer and be destroyed (a caller racing the
+    // destructor, as at shutdown) before a notify made after unlocking would touch cv_ (TSan saw it).
+    cv_.notify_all();
   }
-  cv_.notify_all();
   done.get_future().wait();
   return true;
 }
