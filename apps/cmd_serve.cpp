@@ -116,6 +116,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
   cmd->add_option("--http-threads", f->server.http_threads, "connections served at once");
+  cmd->add_option("--cors-origin", f->server.cors_origins,
+                  "allow browser apps from this origin (repeatable; '*' = any); off by default");
   cmd->add_option("--context-budget", f->context.budget,
                   "selective context for every request: history tokens (>= 1) or share (< 1); 0 = off");
   cmd->add_option("--context-mode", f->context.mode, "selective context: reuse or exact")

@@ -173,6 +173,11 @@ Status SamplingParams::Validate() const {
   if (penalty_last_n < -1)
     return MakeError("penalty_last_n must be >= -1 (-1 = whole history, 0 = off), got %d",
                      penalty_last_n);
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return MakeError("logit_bias token ids must be >= 0, got %d", id);
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return MakeError("logit_bias values must be in [-100, 100], got %g for token %d", bias, id);
+  }
   return Status::Ok();
 }
 
@@ -193,6 +198,9 @@ Sampler::Sampler(const SamplingParams& params, int n_vocab)
 Result<Sampler> Sampler::Create(const SamplingParams& params, int n_vocab) {
   MNEMO_TRY(params.Validate());
   if (n_vocab <= 0) return MakeError("n_vocab must be > 0, got %d", n_vocab);
+  for (const auto& lb : params.logit_bias) {
+    if (lb.first >= n_vocab) return MakeError("logit_bias token id %d is outside the vocabulary (%d)", lb.first, n_vocab);
+  }
   return Sampler(params, n_vocab);
 }
 
@@ -205,6 +213,9 @@ void Sampler::PrepareLogits(std::span<const float> logits, std::span<const int32
   }
 
   const SamplingParams& p = params_;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < n_vocab_ && w[id] != kNegInf) w[id] += bias;  // ids are checked by Create; skip rather than trust
+  }
   const bool rep = p.repetition_penalty != 1.0f;
   const bool freq = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
   if ((!rep && !freq) || p.penalty_last_n == 0 || history.empty()) return;

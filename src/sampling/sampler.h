@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/rng.h"
@@ -35,6 +36,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // in [-2, 2]; OpenAI: logit -= (count > 0) * presence_penalty
   int32_t penalty_last_n = 64;      // penalties look at the last N history tokens; -1 = all, 0 = none
   uint64_t seed = 0;                // Rng seed: the same seed, logits and history give the same tokens
+  // OpenAI's logit_bias: added to a token's logit before the penalties; ids in [0, n_vocab) (checked
+  // by Sampler::Create), biases in [-100, 100]. -100 in practice bans a token, +100 forces it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Rejects values outside the ranges above (and NaN) with a message naming the field.
   Status Validate() const;

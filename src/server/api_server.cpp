@@ -78,9 +78,33 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   // Range requests are for files: applied to an API answer they cut an error body short (and a
   // JSON body in the middle). Ignoring the header is allowed (RFC 9110 14.2). The request object is
   // httplib's own non-const local, handed to handlers as const.
-  http_.set_pre_routing_handler([](const Req& req, Res&) {
+  http_.set_pre_routing_handler([this](const Req& req, Res& res) {
     const_cast<Req&>(req).ranges.clear();
+    // A CORS preflight names the method and headers the page wants; it carries no credentials, so
+    // it is answered before auth (browsers send the API key only on the real request).
+    if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {
+      const std::string origin = CorsOrigin(req);
+      if (origin.empty()) {
+        res.status = 403;
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+      res.set_header("Access-Control-Max-Age", "600");
+      if (origin != "*") res.set_header("Vary", "Origin");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http_.set_post_routing_handler([this](const Req& req, Res& res) {
+    const std::string origin = CorsOrigin(req);
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Access-Control-Expose-Headers", "X-Session-Id, X-Request-Id, Retry-After");
+    if (origin != "*") res.set_header("Vary", "Origin");
   });
   // POST bodies are read here whatever their Content-Type: cpp-httplib's own reader refuses an
   // application/x-www-form-urlencoded body over 8 KB with a 413 (a compile-time limit of the
@@ -122,13 +146,23 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   post("/tokenize", Wrap("/tokenize", true, bind(&ApiServer::Tokenize)));
   post("/detokenize", Wrap("/detokenize", true, bind(&ApiServer::Detokenize)));
   http_.Get("/v1/sessions", Wrap("/v1/sessions", true, bind(&ApiServer::ListSessions)));
-  http_.Get("/v1/models", Wrap("/v1/models", true, [this](const Req&, Res& res, const std::string&) {
-    http::SendJson(res, {{"object", "list"},
-                         {"data", Json::array({{{"id", service_.config().model_name},
-                                                {"object", "model"},
-                                                {"created", 0},
-                                                {"owned_by", "mnemo"},
-                                                {"max_model_len", service_.engine().max_context()}}})}});
+  auto model_object = [this] {
+    return Json{{"id", service_.config().model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "mnemo"},
+                {"max_model_len", service_.engine().max_context()}};
+  };
+  http_.Get("/v1/models", Wrap("/v1/models", true, [model_object](const Req&, Res& res, const std::string&) {
+    http::SendJson(res, {{"object", "list"}, {"data", Json::array({model_object()})}});
+  }));
+  // Model ids may contain '/' (e.g. "org/name.gguf"): everything after /v1/models/ is the id.
+  http_.Get(R"(/v1/models/(.+))", Wrap("/v1/models/{id}", true, [this, model_object](const Req& req, Res& res,
+                                                                                        const std::string&) {
+    const std::string id = req.matches[1];
+    if (id != service_.config().model_name) {
+      return http::SendError(res, ApiError{404, "invalid_request_error",
+                                           "The model '" + id.substr(0, 256) + "' does not exist", "model",
+                                           "model_not_found"});
+    }
+    http::SendJson(res, model_object());
   }));
   // The live status page and its assets (embedded; the page reads /metrics).
   for (const char* path : {"/", "/uPlot.iife.min.js", "/uPlot.min.css"}) {
@@ -148,6 +182,16 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
 }
 
 ApiServer::~ApiServer() { Stop(); }
+
+std::string ApiServer::CorsOrigin(const Req& req) const {
+  if (config_.cors_origins.empty()) return "";
+  const std::string origin = req.get_header_value("Origin");
+  for (const auto& o : config_.cors_origins) {
+    if (o == "*") return "*";
+    if (!origin.empty() && o == origin) return origin;
+  }
+  return "";
+}
 
 std::variant<std::string, ApiError> ApiServer::Authenticate(const Req& req) const {
   if (key_hashes_.empty()) return std::string();

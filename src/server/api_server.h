@@ -26,6 +26,9 @@ struct ServerConfig {
   std::vector<std::string> api_keys;   // accepted bearer keys; empty = no auth
   size_t max_body_bytes = 8u << 20;    // larger bodies get 413
   int http_threads = 128;              // connections served at once
+  // Origins whose browser pages may call the API (CORS): each gets Access-Control-Allow-Origin and
+  // its preflights are answered; "*" allows any. Empty = no CORS headers (browsers then refuse).
+  std::vector<std::string> cors_origins;
 };
 
 class ApiServer {
@@ -59,6 +62,8 @@ class ApiServer {
   void Tokenize(const Req& req, Res& res, const std::string& owner);
   void Detokenize(const Req& req, Res& res, const std::string& owner);
   void ListSessions(const Req& req, Res& res, const std::string& owner);
+  // The Access-Control-Allow-Origin value for a request's Origin header ("" = none).
+  std::string CorsOrigin(const Req& req) const;
 
   ServerConfig config_;
   Service& service_;

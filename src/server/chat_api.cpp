@@ -3,6 +3,7 @@
 
 #include "server/api_server.h"
 #include "server/http_util.h"
+#include "server/openai_fields.h"
 
 namespace mnemo {
 
@@ -81,7 +82,12 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                                   {"store", kBool}, {"logprobs", kBool}, {"parallel_tool_calls", kBool},
                                   {"service_tier", kString}, {"context_budget", kNumber}, {"context_mode", kString},
                                   {"context_preset", kString}, {"context_relevance", kString},
-                                  {"context_keep_last", kInteger}, {"include", kArray}})) {
+                                  {"context_keep_last", kInteger}, {"include", kArray}, {"logit_bias", kObject},
+                                  {"top_logprobs", kInteger}, {"tools", kArray}, {"tool_choice", kString | kObject},
+                                  {"functions", kArray}, {"function_call", kString | kObject},
+                                  {"prompt_cache_key", kString}, {"safety_identifier", kString},
+                                  {"reasoning_effort", kString}, {"verbosity", kString}, {"modalities", kArray},
+                                  {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject}})) {
     return SendError(res, *e);
   }
   if (BoolOr(body, "logprobs", false)) {
@@ -95,6 +101,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   spec.messages = std::move(std::get<0>(msgs));
   if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) {
     return http::SendError(res, *e);
+  }
+  if (auto e = ParseKnownFields(body, Endpoint::kChat, service_.tokenizer().n_vocab(), &spec.request)) {
+    return SendError(res, *e);
   }
   const bool stream = BoolOr(body, "stream", false);
   bool include_usage = false;
@@ -196,7 +205,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
                                   {"user", kString}, {"top_k", kInteger}, {"min_p", kNumber},
                                   {"repetition_penalty", kNumber}, {"ignore_eos", kBool}, {"min_tokens", kInteger},
                                   {"echo", kBool}, {"logprobs", kInteger}, {"best_of", kInteger},
-                                  {"suffix", kString}})) {
+                                  {"suffix", kString}, {"logit_bias", kObject}})) {
     return SendError(res, *e);
   }
   auto p = body.find("prompt");
@@ -208,6 +217,9 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   spec.prompt = p->get<std::string>();
   spec.request.max_tokens = 16;  // OpenAI's default for completions
   if (auto e = http::ParseGeneration(body, {"max_tokens"}, &spec.request)) return http::SendError(res, *e);
+  if (auto e = ParseKnownFields(body, Endpoint::kCompletions, service_.tokenizer().n_vocab(), &spec.request)) {
+    return SendError(res, *e);
+  }
   if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
   const bool stream = BoolOr(body, "stream", false);
   spec.hint.key = req.get_header_value("X-Session-Id");

@@ -1,7 +1,9 @@
 #include "server/http_util.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <random>
 #include <cmath>
 #include <set>
 
@@ -184,6 +186,17 @@ std::optional<ApiError> Bool(const Json& body, const char* key, std::optional<bo
   return std::nullopt;
 }
 
+// A seed no other request of this process has had: a random base (the OS's entropy, read once)
+// plus a counter, through splitmix64 so neighbouring counters give unrelated streams.
+uint64_t FreshSeed() {
+  static const uint64_t base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  uint64_t z = base + 0x9e3779b97f4a7c15ull * (counter.fetch_add(1, std::memory_order_relaxed) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<const char*> max_token_fields,
@@ -216,7 +229,9 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
   if (i) req->sampling.top_k = static_cast<int32_t>(*i);
   i.reset();
   if (auto e = Integer(body, "seed", INT64_MIN, INT64_MAX, &i)) return e;
-  if (i) req->sampling.seed = static_cast<uint64_t>(*i);
+  // Without a seed every request draws afresh (OpenAI's behaviour: "regenerate" gives another
+  // answer); with one, the same seed, prompt and parameters give the same tokens.
+  req->sampling.seed = i ? static_cast<uint64_t>(*i) : FreshSeed();
   i.reset();
   if (auto e = Integer(body, "n", 1, 1, &i)) return e;  // one choice per request
   i.reset();

@@ -6,6 +6,7 @@
 
 #include "server/api_server.h"
 #include "server/http_util.h"
+#include "server/openai_fields.h"
 
 namespace mnemo {
 
@@ -180,11 +181,16 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
                                   {"reasoning", kObject}, {"service_tier", kString}, {"context_budget", kNumber},
                                   {"context_mode", kString}, {"context_preset", kString},
                                   {"context_relevance", kString}, {"context_keep_last", kInteger},
-                                  {"include", kArray}})) {
+                                  {"include", kArray}, {"prompt_cache_key", kString}, {"safety_identifier", kString},
+                                  {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
+                                  {"max_tool_calls", kInteger}, {"prompt", kObject}})) {
     return SendError(res, *e);
   }
-  if (!Absent(body, "tools") && !body["tools"].empty()) {
-    return SendError(res, BadRequest("tools are not supported", "tools", "unsupported_parameter"));
+  if (!Absent(body, "stream_options")) {
+    if (auto e = CheckFields(body["stream_options"], {{"include_obfuscation", kBool}})) {
+      e->param = "stream_options." + e->param;
+      return SendError(res, *e);
+    }
   }
   if (Absent(body, "input")) {
     return SendError(res, BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
@@ -203,6 +209,9 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   TurnSpec spec;
   spec.owner = owner;
   if (auto e = http::ParseGeneration(body, {"max_output_tokens"}, &spec.request)) return http::SendError(res, *e);
+  if (auto e = ParseKnownFields(body, Endpoint::kResponses, service_.tokenizer().n_vocab(), &spec.request)) {
+    return SendError(res, *e);
+  }
   if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
   std::vector<bool> history_pins;
 
@@ -412,6 +421,7 @@ void ApiServer::DeleteResponse(const Req& req, Res& res, const std::string& owne
 namespace {
 std::variant<ListOptions, ApiError> ListParams(const httplib::Request& req) {
   ListOptions lo;
+  lo.ascending = false;  // OpenAI lists conversation items and input items newest first by default
   if (req.has_param("limit")) {
     try {
       lo.limit = std::stoi(req.get_param_value("limit"));

@@ -122,3 +122,14 @@ test('errors surface as the client\'s typed errors', async () => {
   const models = await client.models.list();
   assert.ok(models.data.length === 1);
 });
+
+test('models.retrieve and a regenerate without seed', async () => {
+  const m = await client.models.retrieve(model);
+  assert.equal(m.id, model);
+  await assert.rejects(client.models.retrieve('no-such-model'), (e) => e.status === 404);
+  const ask = () => client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 24, temperature: 1,
+  }).then((r) => r.choices[0].message.content);
+  const texts = new Set([await ask(), await ask(), await ask(), await ask()]);
+  assert.ok(texts.size >= 2, 'four unseeded draws were all the same');
+});

@@ -1,0 +1,96 @@
+#include "server/openai_fields.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "server/http_util.h"
+
+namespace mnemo::http {
+namespace {
+
+ApiError Unsupported(const std::string& param, const std::string& what) {
+  return BadRequest(what + " (mnemo does not support it yet; see docs/api.md)", param, "unsupported_parameter");
+}
+
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}.
+std::optional<ApiError> LogitBias(const Json& body, int n_vocab, SamplingParams* sp) {
+  if (Absent(body, "logit_bias")) return std::nullopt;
+  for (const auto& [key, value] : body["logit_bias"].items()) {
+    char* end = nullptr;
+    const long id = std::strtol(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || key.size() > 10 || id < 0 || id >= n_vocab) {
+      return BadRequest("logit_bias keys must be token ids in [0, " + std::to_string(n_vocab) + "); got '" +
+                            key.substr(0, 32) + "'",
+                        "logit_bias", "invalid_value");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      return BadRequest("logit_bias values must be numbers in [-100, 100]", "logit_bias", "invalid_value");
+    }
+    sp->logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return std::nullopt;
+}
+
+// tools / tool_choice / functions / function_call with no tool offered.
+std::optional<ApiError> NoTools(const Json& body, Endpoint ep) {
+  for (const char* k : {"tools", "functions"}) {
+    if (!Absent(body, k) && !body[k].empty()) return Unsupported(k, std::string("'") + k + "' with any tool");
+  }
+  for (const char* k : {"tool_choice", "function_call"}) {
+    if (Absent(body, k)) continue;
+    const Json& v = body[k];
+    // "none" and "auto" mean the same as no tools at all; "required" or a named tool cannot hold.
+    if (v.is_string() && (v == "none" || v == "auto")) continue;
+    return Unsupported(k, std::string("'") + k + "' other than \"none\" or \"auto\"");
+  }
+  if (ep == Endpoint::kResponses && !Absent(body, "max_tool_calls")) {
+    const Json& v = body["max_tool_calls"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return BadRequest("'max_tool_calls' must be an integer >= 0", "max_tool_calls", "invalid_value");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseKnownFields(const Json& body, Endpoint ep, int n_vocab, TurnRequest* req) {
+  if (auto e = LogitBias(body, n_vocab, &req->sampling)) return e;
+  if (auto e = NoTools(body, ep)) return e;
+  if (!Absent(body, "top_logprobs")) {
+    const Json& v = body["top_logprobs"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 20) {
+      return BadRequest("'top_logprobs' must be an integer between 0 and 20", "top_logprobs", "invalid_value");
+    }
+    if (v.get<int64_t>() > 0) return Unsupported("top_logprobs", "'top_logprobs' above 0");
+  }
+  if (!Absent(body, "modalities")) {
+    for (const auto& m : body["modalities"]) {
+      if (m != "text") return Unsupported("modalities", "Output modalities other than \"text\"");
+    }
+  }
+  for (const char* k : {"audio", "web_search_options"}) {
+    if (ep == Endpoint::kChat && !Absent(body, k)) return Unsupported(k, std::string("'") + k + "'");
+  }
+  // Responses' `prompt` names a stored prompt template (the completions `prompt` is the text).
+  if (ep == Endpoint::kResponses && !Absent(body, "prompt")) return Unsupported("prompt", "Prompt templates");
+  if (!Absent(body, "background") && body["background"].get<bool>()) {
+    return Unsupported("background", "Background responses");
+  }
+  if (!Absent(body, "reasoning_effort")) {
+    const Json& v = body["reasoning_effort"];
+    if (v != "none" && v != "minimal" && v != "low" && v != "medium" && v != "high") {
+      return BadRequest("'reasoning_effort' must be one of none, minimal, low, medium, high", "reasoning_effort",
+                        "invalid_value");
+    }
+  }
+  if (!Absent(body, "verbosity")) {
+    const Json& v = body["verbosity"];
+    if (v != "low" && v != "medium" && v != "high") {
+      return BadRequest("'verbosity' must be one of low, medium, high", "verbosity", "invalid_value");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace mnemo::http
