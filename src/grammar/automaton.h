@@ -1,0 +1,157 @@
+// Incremental grammar matching over bytes and per-step token masks.
+//
+// The matcher is a pushdown automaton run on all parses at once: a parse is a stack of grammar
+// positions (the element to match next, then return positions in the enclosing rules), a matcher
+// state is the set of such stacks. Stacks are interned as (position, parent stack) nodes and
+// states as sorted sets of stack ids, so equal states are equal ids, and the automaton builds a
+// DFA lazily: the transition (state, byte) is computed once (expand rule references, pop finished
+// alternatives) and then read from a 256-entry table per state.
+//
+// A token mask walks the vocabulary trie (token_index.h) in preorder from the current state, one
+// table lookup per trie edge, skipping every subtree whose prefix the grammar refuses: the cost is
+// the number of live prefixes, not the vocabulary size times the token length. Masks are cached
+// per state (states recur: inside an unbounded string, every character leads back to the same
+// state). Tokens whose bytes end mid-way through a UTF-8 character (byte-fallback pieces) are
+// matched byte by byte like any other. End-of-generation tokens are allowed exactly when the
+// grammar accepts the output so far.
+//
+// Closing in time: with a budget of B tokens left (this one included), a token is allowed only if
+// a completion of the output still fits in B - 1 tokens after it, counting one byte per token
+// (every vocabulary mnemo loads has all 256 single-byte tokens: SPM byte fallback, GPT-2 bytes).
+// So an output that starts with a budget >= the grammar's shortest completion always ends
+// complete, even when max_tokens cuts it (finish_reason "length", but the text parses).
+//
+// Thread safety: an Automaton is shared by every request using the same grammar; its methods lock
+// an internal mutex (the engine thread is the only caller on the hot path, so it is uncontended).
+// A Matcher belongs to one request.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+#include "grammar/token_index.h"
+
+namespace mnemo::grammar {
+
+// Bits over the vocabulary: bit id set = token id allowed. [ceil(n_vocab / 64)] words.
+using TokenMask = std::vector<uint64_t>;
+inline bool MaskHas(const TokenMask& m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
+
+class Automaton {
+ public:
+  using StateId = int32_t;
+  static constexpr StateId kDead = -1;
+  // Limits on what one automaton may build (memory: ~1 KB of transitions per state visited).
+  static constexpr int32_t kMaxStates = 100000;
+  static constexpr int32_t kMaxStacks = 4000000;
+  static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
+
+  Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenIndex> index);
+  Automaton(const Automaton&) = delete;
+  Automaton& operator=(const Automaton&) = delete;
+
+  StateId Start();
+  // The state after `bytes`, or kDead when the grammar refuses them (or a limit was hit: see
+  // overflowed()).
+  StateId Advance(StateId s, std::string_view bytes);
+  bool Accepting(StateId s);
+  // Accepting, and no byte can follow: only end-of-generation tokens are allowed.
+  bool Final(StateId s);
+  // Fewest bytes that complete an accepted output from s (0 when accepting).
+  int32_t MinBytesToAccept(StateId s);
+  // Writes the tokens allowed after state s into mask ([words] zeroed first), with `budget` tokens
+  // left (INT_MAX: no limit). Errors only when a limit on states was hit.
+  Status FillMask(StateId s, int budget, TokenMask* mask);
+
+  struct Stats {
+    int64_t states = 0, stacks = 0;       // interned so far
+    int64_t masks_computed = 0;           // trie walks
+    int64_t masks_cached = 0;             // masks answered from the cache
+    int64_t nodes_visited = 0;            // trie nodes visited by all walks
+  };
+  Stats stats();
+  const TokenIndex& index() const { return *index_; }
+  const Grammar& grammar() const { return *grammar_; }
+  bool overflowed();
+
+ private:
+  struct StackNode {
+    int32_t pos;     // element to match next; -1 for the empty stack (id 0)
+    int32_t parent;  // stack to return to (id), -1 for the empty stack
+    int32_t minc;    // fewest bytes to empty this stack
+  };
+  struct State {
+    int32_t first, count;   // its stacks: state_stacks_[first, first + count), sorted ids
+    int32_t trans = -1;     // offset of its 256 transitions in trans_, -1 until first used
+    int32_t mask = -1;      // cached unbudgeted mask (index into mask_pool_ / words), -1 none
+    int32_t max_end_minc = 0;  // with the cached mask: the largest MinBytesToAccept after an allowed token
+    int32_t minc = 0;
+    bool accepting = false;
+    bool final = false;
+  };
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+
+  int32_t InternStack(int32_t pos, int32_t parent);
+  StateId InternState(std::vector<int32_t>& stacks);  // sorts and dedups `stacks`
+  void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);
+  StateId Transition(StateId s, uint8_t b);
+  StateId ComputeTransition(StateId s, uint8_t b);
+  // One trie walk: tokens whose end state has minc <= limit. Returns the max minc over the
+  // allowed tokens' end states.
+  int32_t Walk(StateId s, int32_t limit, uint64_t* words);
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const TokenIndex> index_;
+  std::mutex mu_;
+  std::vector<StackNode> stacks_;                        // [n_stacks]
+  std::unordered_map<uint64_t, int32_t> stack_ids_;      // (pos, parent) -> id
+  std::vector<State> states_;                            // [n_states]
+  std::vector<int32_t> state_stacks_;                    // stacks of all states, back to back
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> state_ids_;
+  std::vector<int32_t> trans_;                           // [tables][256] state ids; kUnknown = not computed
+  std::vector<uint64_t> mask_pool_;                      // [cached masks][words]
+  std::vector<StateId> walk_states_;                     // [max_depth + 1] scratch of Walk
+  std::vector<int32_t> scratch_;                         // scratch of ComputeTransition
+  StateId start_ = kDead;
+  bool overflow_ = false;
+  size_t words_;                                         // ceil(n_vocab / 64)
+  Stats stats_;
+};
+
+// One request's position in a grammar.
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<Automaton> automaton);
+
+  // Fills `mask` with the tokens allowed next ([words], resized). `budget`: tokens the turn may
+  // still generate, this one included (INT_MAX: unbounded).
+  Status FillMask(int budget, TokenMask* mask);
+  // Feeds the sampled token. Its bytes must be allowed (an error otherwise, and the state is
+  // unchanged); an end-of-generation token is allowed when accepting and ends the match.
+  Status Accept(int32_t token);
+  bool accepting() const;
+  bool final() const;         // nothing but end of generation can follow
+  bool done() const { return done_; }  // an end-of-generation token was accepted
+  int32_t MinBytesToAccept() const;
+  Automaton& automaton() { return *a_; }
+
+ private:
+  std::shared_ptr<Automaton> a_;
+  Automaton::StateId state_;
+  bool done_ = false;
+};
+
+}  // namespace mnemo::grammar

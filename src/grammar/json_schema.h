@@ -1,0 +1,75 @@
+// JSON Schema -> grammar text (grammar.h). The grammar generates a subset of the JSON texts the
+// schema accepts, so that every output of a matcher over it validates:
+//   - type (string or array of types), enum, const, anyOf / oneOf (as alternatives), allOf with one
+//     member, $ref into the document ("#", "#/$defs/...", "#/definitions/...", recursive ones too),
+//     nullable (OpenAPI);
+//   - object: properties in the schema's order (required ones always, optional ones may be left
+//     out), never properties beyond `properties` (whatever additionalProperties says); with no
+//     properties, additionalProperties: false gives {} and a schema gives a map of such values;
+//   - array: items, minItems, maxItems;
+//   - string: minLength, maxLength (code points; an escape is one), all JSON escapes except lone
+//     surrogates (\uD800-\uDFFF: a JSON parser refuses them);
+//   - integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum exactly, as decimal digit-range
+//     alternatives (zod's +-(2^53-1) cost ~16 alternatives per digit count, not 2^53); bounds past
+//     +-(10^18 - 1) are clamped to it;
+//   - number: the same bounds, rounded inward to integers (a fraction is allowed strictly between
+//     them; no exponent when bounded);
+//   - annotations ($schema, $id, title, description, default, examples, format, ...) are ignored.
+// Keywords that constrain values in ways a grammar here cannot honour (pattern, multipleOf,
+// uniqueItems, not, if/then/else, prefixItems, min/maxProperties, ...) are errors naming the
+// keyword and its JSON pointer in the schema.
+//
+// Compose grammars (a tool-call grammar wraps several schemas): create one SchemaCompiler, Add()
+// each schema under its own rule name, write the rules that reference them, and join Text().
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace mnemo::grammar {
+
+// Ordered: properties are generated in the order the schema lists them.
+using OrderedJson = nlohmann::ordered_json;
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler() = default;
+  // Adds rule `name` (letters, digits, '-', '_') for the values `schema` accepts; its $refs
+  // resolve against `schema` as the document. Errors (kInvalidArgument) name the JSON pointer.
+  Status Add(const std::string& name, const OrderedJson& schema);
+  // Every rule added so far, one per line.
+  std::string Text() const;
+
+ private:
+  Result<std::string> Visit(const OrderedJson& s, const std::string& path);
+  Result<std::string> TypeExpr(const std::string& type, const OrderedJson& s, const std::string& path);
+  Result<std::string> ObjectExpr(const OrderedJson& s, const std::string& path);
+  Result<std::string> ArrayExpr(const OrderedJson& s, const std::string& path);
+  Result<std::string> StringExpr(const OrderedJson& s, const std::string& path);
+  Result<std::string> NumberExpr(const OrderedJson& s, const std::string& path, bool integer);
+  Result<std::string> RefRule(const std::string& ref, const std::string& path);
+  // A rule holding `body`, named after `hint` (made unique); returns its name.
+  std::string NewRule(const std::string& hint, const std::string& body);
+  // The shared rules (ws, json-string, json-value, ...), added on first use; returns `name`.
+  std::string Common(const std::string& name);
+
+  const OrderedJson* doc_ = nullptr;                 // the document $refs resolve in
+  std::vector<std::pair<std::string, std::string>> rules_;  // name, body
+  std::set<std::string> names_;
+  std::map<std::string, std::string> refs_;          // $ref -> rule name
+};
+
+// A whole grammar (start rule `root`) for values of `schema`.
+Result<std::string> SchemaToGrammar(const OrderedJson& schema);
+// A whole grammar for any JSON object (response_format json_object).
+std::string JsonObjectGrammar();
+
+// Integer range helpers (exposed for tests): alternatives for lo..hi as a grammar expression.
+std::string IntegerRangeExpr(const int64_t* lo, const int64_t* hi);
+
+}  // namespace mnemo::grammar

@@ -1,0 +1,236 @@
+// Grammar text, UTF-8 classes, integer ranges, and the matcher's masks against a brute-force
+// check of every token.
+#include <gtest/gtest.h>
+
+#include <climits>
+
+#include "base/rng.h"
+#include "grammar/automaton.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+
+namespace mnemo::grammar {
+namespace {
+
+std::shared_ptr<Automaton> Make(const std::string& text, const std::shared_ptr<const TokenIndex>& idx) {
+  auto g = Grammar::Parse(text);
+  EXPECT_TRUE(g.ok()) << g.error().message << "\n" << text;
+  if (!g.ok()) return nullptr;
+  return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+}
+
+// Whether the grammar accepts exactly `bytes`.
+bool Accepts(Automaton& a, std::string_view bytes) {
+  const auto s = a.Advance(a.Start(), bytes);
+  return s != Automaton::kDead && a.Accepting(s);
+}
+
+std::shared_ptr<const TokenIndex> ByteVocab() {  // every single byte, plus EOS as id 256
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+  pieces.push_back("");
+  return TokenIndex::Build(pieces, {256});
+}
+
+TEST(GrammarParse, RejectsBadGrammarsWithTheReason) {
+  auto err = [](const std::string& text) {
+    auto g = Grammar::Parse(text);
+    return g.ok() ? std::string("ok") : g.error().message;
+  };
+  EXPECT_NE(err("root ::= a").find("'a' is used but not defined"), std::string::npos);
+  EXPECT_NE(err("x ::= \"a\"").find("no 'root' rule"), std::string::npos);
+  EXPECT_NE(err("root ::= root \"a\" | \"b\"").find("left recursion"), std::string::npos);
+  EXPECT_NE(err("root ::= (\"a\"?)*").find("left recursion"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\" root").find("never end"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a").find("unterminated"), std::string::npos);
+  EXPECT_NE(err("root ::= [b-a]").find("end before start"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\"{3,2}").find("n < m"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\"\nroot ::= \"b\"").find("defined twice"), std::string::npos);
+  EXPECT_NE(err("root ::= \"a\"{200000}").find("over"), std::string::npos);
+  EXPECT_EQ(err("root ::= | \"a\" # a comment\n  | \"b\" x\nx ::= [^\\]\\\\]"), "ok");
+}
+
+TEST(GrammarParse, LiteralsClassesAndRepetitions) {
+  auto idx = ByteVocab();
+  auto a = Make("root ::= \"a\\n\\x41\\u00e9\" [0-9]{2,3} ( \"x\" | \"yz\" )+ .? [^a-z\\u00e9]*", idx);
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(Accepts(*a, "a\nA\xC3\xA9" "12x"));
+  EXPECT_TRUE(Accepts(*a, "a\nA\xC3\xA9" "123yzx\xE2\x82\xAC" "ABC\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "1x"));        // too few digits
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "1234x"));     // too many
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "12"));        // + needs one
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "12xqa"));     // [^a-z] refuses a
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "12xq\xC3\xA9"));  // ... and é
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "12x\xC3"));   // half a character
+  EXPECT_FALSE(Accepts(*a, "a\nA\xC3\xA9" "12x\xED\xA0\x80"));  // an encoded surrogate
+}
+
+TEST(Utf8Sequences, MatchExactlyTheRange) {
+  Rng rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    uint32_t lo = static_cast<uint32_t>(rng.Next() % 0x110000), hi = static_cast<uint32_t>(rng.Next() % 0x110000);
+    if (trial % 3 == 0) hi = lo + static_cast<uint32_t>(rng.Next() % 300);
+    if (lo > hi) std::swap(lo, hi);
+    std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
+    Utf8Sequences(lo, hi, &seqs);
+    for (int k = 0; k < 300; ++k) {
+      uint32_t cp = k < 100 ? lo + static_cast<uint32_t>(rng.Next() % (hi - lo + 1)) : static_cast<uint32_t>(rng.Next() % 0x110000);
+      if (k == 100) cp = lo;
+      if (k == 101) cp = hi;
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+      std::string u;
+      if (cp < 0x80) u = {static_cast<char>(cp)};
+      else if (cp < 0x800) u = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+      else if (cp < 0x10000) u = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      else u = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), static_cast<char>(0x80 | (cp & 0x3F))};
+      int matches = 0;
+      for (const auto& s : seqs) {
+        if (s.size() != u.size()) continue;
+        bool m = true;
+        for (size_t i = 0; i < s.size(); ++i) m &= static_cast<uint8_t>(u[i]) >= s[i].first && static_cast<uint8_t>(u[i]) <= s[i].second;
+        matches += m;
+      }
+      EXPECT_EQ(matches, cp >= lo && cp <= hi ? 1 : 0) << std::hex << cp << " in [" << lo << ", " << hi << "]";
+    }
+  }
+}
+
+TEST(IntegerRange, ExactlyTheIntegersWithinBounds) {
+  auto idx = ByteVocab();
+  const int64_t bounds[] = {-1000, -101, -100, -99, -10, -9, -1, 0, 1, 7, 9, 10, 19, 20, 99, 100, 101, 150, 999, 1000};
+  for (int64_t lo : bounds) {
+    for (int64_t hi : bounds) {
+      if (lo > hi) continue;
+      auto a = Make("root ::= " + IntegerRangeExpr(&lo, &hi), idx);
+      ASSERT_TRUE(a);
+      for (int64_t v = -1100; v <= 1100; ++v) ASSERT_EQ(Accepts(*a, std::to_string(v)), v >= lo && v <= hi) << v << " in [" << lo << ", " << hi << "]";
+      for (const char* bad : {"-0", "00", "01", "+1", "", "-"}) ASSERT_FALSE(Accepts(*a, bad)) << bad;
+    }
+    // One-sided.
+    auto up = Make("root ::= " + IntegerRangeExpr(&lo, nullptr), idx);
+    auto down = Make("root ::= " + IntegerRangeExpr(nullptr, &lo), idx);
+    for (int64_t v = -3000; v <= 3000; v += 7) {
+      ASSERT_EQ(Accepts(*up, std::to_string(v)), v >= lo) << v << " >= " << lo;
+      ASSERT_EQ(Accepts(*down, std::to_string(v)), v <= lo) << v << " <= " << lo;
+    }
+  }
+  // zod's safe-integer bounds: a small grammar, exact at the edges.
+  const int64_t big = 9007199254740991;
+  const int64_t nbig = -big;
+  const std::string expr = IntegerRangeExpr(&nbig, &big);
+  EXPECT_LT(expr.size(), 20000u);
+  auto a = Make("root ::= " + expr, idx);
+  for (int64_t v : {big, big - 1, nbig, int64_t{0}, int64_t{123456789012345}}) EXPECT_TRUE(Accepts(*a, std::to_string(v))) << v;
+  for (int64_t v : {big + 1, nbig - 1, big * 10}) EXPECT_FALSE(Accepts(*a, std::to_string(v))) << v;
+}
+
+// A toy vocabulary: all strings of length 1..3 over a small alphabet, plus multi-byte UTF-8 split
+// across tokens, plus EOS.
+std::shared_ptr<const TokenIndex> ToyVocab(int32_t* eos) {
+  const std::string alpha[] = {"{", "}", "a", "b", "x", "y", "z", "\"", ",", " ", "\xC3", "\xA9", "1", "0"};
+  std::vector<std::string> pieces = {""};  // id 0: a control token (never allowed)
+  for (const auto& a : alpha) {
+    pieces.push_back(a);
+    for (const auto& b : alpha) {
+      pieces.push_back(a + b);
+      pieces.push_back(a + b + "x");
+    }
+  }
+  pieces.push_back("\xC3\xA9");  // é whole
+  pieces.push_back("ab");        // a duplicate piece
+  *eos = static_cast<int32_t>(pieces.size());
+  pieces.push_back("");
+  return TokenIndex::Build(pieces, {*eos});
+}
+
+// Brute force: token t is allowed iff its piece keeps the state alive; EOS iff accepting; with a
+// budget, iff the state after it can still be completed in budget - 1 bytes.
+TokenMask BruteMask(Automaton& a, Automaton::StateId s, const TokenIndex& idx, int budget) {
+  TokenMask m((idx.n_vocab() + 63) / 64, 0);
+  for (int32_t t = 0; t < idx.n_vocab(); ++t) {
+    if (idx.is_eog(t)) {
+      if (a.Accepting(s)) m[t >> 6] |= uint64_t{1} << (t & 63);
+      continue;
+    }
+    if (idx.piece(t).empty()) continue;
+    const auto n = a.Advance(s, idx.piece(t));
+    if (n == Automaton::kDead) continue;
+    if (budget != INT_MAX && a.MinBytesToAccept(n) > budget - 1) continue;
+    m[t >> 6] |= uint64_t{1} << (t & 63);
+  }
+  return m;
+}
+
+TEST(Matcher, MasksEqualBruteForceAlongRandomWalks) {
+  int32_t eos;
+  auto idx = ToyVocab(&eos);
+  auto a = Make(
+      "root ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\n"
+      "pair ::= \"\\\"\" [a-z\\u00e9]{0,4} \"\\\"\" ws num ws\n"
+      "num ::= \"0\" | \"1\" [01]*\n"
+      "ws ::= \" \"?\n",
+      idx);
+  ASSERT_TRUE(a);
+  Rng rng(1);
+  int ended = 0;
+  for (int walk = 0; walk < 60; ++walk) {
+    Matcher m(a);
+    std::string out;
+    const int budget0 = walk % 2 ? 40 : INT_MAX;
+    for (int step = 0; step < 200 && !m.done(); ++step) {
+      const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
+      TokenMask mask;
+      ASSERT_TRUE(m.FillMask(budget, &mask).ok());
+      // The matcher's state is reached by the output so far.
+      const auto s = a->Advance(a->Start(), out);
+      const TokenMask brute = BruteMask(*a, s, *idx, budget);
+      bool any_brute = false;
+      for (auto w : brute) any_brute |= w != 0;
+      if (any_brute) {
+        ASSERT_EQ(mask, brute) << "after '" << out << "' budget " << budget;
+      }
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < idx->n_vocab(); ++t)
+        if (MaskHas(mask, t)) allowed.push_back(t);
+      ASSERT_FALSE(allowed.empty()) << out;
+      // Prefer continuing early on, so walks get long.
+      int32_t t = allowed[rng.Next() % allowed.size()];
+      if (t == eos && step < 10 && allowed.size() > 1) t = allowed[rng.Next() % allowed.size()];
+      ASSERT_TRUE(m.Accept(t).ok());
+      if (t != eos) out += idx->piece(t);
+    }
+    if (m.done()) {
+      ++ended;
+      EXPECT_TRUE(Accepts(*a, out)) << out;
+    }
+    if (budget0 != INT_MAX) {
+      EXPECT_TRUE(m.done() || m.accepting()) << "budget ran out with '" << out << "'";
+    }
+  }
+  EXPECT_GT(ended, 30);
+  const auto st = a->stats();
+  EXPECT_GT(st.masks_cached, 0);
+}
+
+TEST(Matcher, RefusesWhatTheGrammarDoesNot) {
+  int32_t eos;
+  auto idx = ToyVocab(&eos);
+  auto a = Make("root ::= \"ab\" \"x\"?", idx);
+  Matcher m(a);
+  EXPECT_FALSE(m.Accept(eos).ok());  // not accepting yet
+  EXPECT_FALSE(m.Accept(0).ok());    // a token without text
+  // "abx" is one token and finishes the grammar: final, only EOS may follow.
+  int32_t abx = -1;
+  for (int32_t t = 0; t < idx->n_vocab(); ++t)
+    if (idx->piece(t) == "abx") abx = t;
+  ASSERT_TRUE(m.Accept(abx).ok());
+  EXPECT_TRUE(m.final());
+  TokenMask mask;
+  ASSERT_TRUE(m.FillMask(INT_MAX, &mask).ok());
+  for (int32_t t = 0; t < idx->n_vocab(); ++t) EXPECT_EQ(MaskHas(mask, t), t == eos) << t;
+  EXPECT_TRUE(m.Accept(eos).ok());
+  EXPECT_TRUE(m.done());
+}
+
+}  // namespace
+}  // namespace mnemo::grammar

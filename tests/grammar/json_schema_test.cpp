@@ -1,0 +1,150 @@
+// JSON Schema -> grammar: random walks over real vocabularies (any allowed token, uniformly) must
+// give JSON that parses and validates, whatever the token boundaries; unsupported schemas are
+// refused with the keyword's location.
+#include <gtest/gtest.h>
+
+#include <climits>
+
+#include "base/rng.h"
+#include "format/gguf.h"
+#include "format/gguf_vocab.h"
+#include "grammar/automaton.h"
+#include "grammar/json_schema.h"
+#include "schema_validator.h"
+#include "tokenizer/tokenizer.h"
+
+namespace mnemo::grammar {
+namespace {
+
+using J = OrderedJson;
+
+std::shared_ptr<const TokenIndex> LoadIndex(const std::string& file) {
+  auto f = gguf::GgufFile::Open(std::string(MNEMO_SHARED_DIR) + "/models/" + file);
+  if (!f.ok()) return nullptr;
+  auto v = gguf::ReadVocab(*f);
+  if (!v.ok()) return nullptr;
+  auto tok = Tokenizer::Create(*v);
+  if (!tok.ok()) return nullptr;
+  return TokenIndex::Build(**tok);
+}
+
+const std::vector<J>& Schemas() {
+  static const std::vector<J> schemas = {
+      J::parse(R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150}, "ok": {"type": "boolean"}},
+        "required": ["name", "age", "ok"], "additionalProperties": false})"),
+      // Nesting, enums, arrays with bounds, optional members, anyOf, $defs/$ref, zod's bounds.
+      J::parse(R"({"$schema": "http://json-schema.org/draft-07/schema#", "title": "T", "type": "object",
+        "properties": {
+          "kind": {"enum": ["cat", "dog", 3, null, "with \"quotes\""]},
+          "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 5}, "minItems": 1, "maxItems": 3},
+          "pos": {"$ref": "#/$defs/point"},
+          "id": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+          "score": {"type": "number", "minimum": -2.5, "maximum": 10},
+          "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
+          "v": {"const": "v1"}},
+        "required": ["kind", "tags", "pos", "id"], "additionalProperties": false,
+        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "integer", "exclusiveMinimum": 0}},
+          "required": ["x", "y"], "additionalProperties": false, "description": "a point"}}})"),
+      // Recursion through $ref, a map, strings with minLength, nullable.
+      J::parse(R"({"type": "object", "properties": {"tree": {"$ref": "#/definitions/node"},
+        "meta": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "s": {"type": "string", "minLength": 2, "maxLength": 4, "nullable": true}},
+        "required": ["tree", "meta", "s"],
+        "definitions": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+          "kids": {"type": "array", "items": {"$ref": "#/definitions/node"}, "maxItems": 2}}, "required": ["v"], "additionalProperties": false}}})"),
+      J::parse(R"({"type": "array", "items": {"type": ["string", "number", "boolean"]}, "maxItems": 4})"),
+      J::parse(R"({"type": "object"})"),
+  };
+  return schemas;
+}
+
+// Walks from the start by picking uniformly among allowed tokens (EOS with probability 1/2 when
+// allowed) with a budget of `budget` tokens; returns the text.
+std::string RandomWalk(const std::shared_ptr<Automaton>& a, Rng& rng, int budget, bool* ended) {
+  Matcher m(a);
+  const TokenIndex& idx = a->index();
+  std::string out;
+  TokenMask mask;
+  std::vector<int32_t> allowed;
+  for (int step = 0; step < budget && !m.done(); ++step) {
+    EXPECT_TRUE(m.FillMask(budget - step, &mask).ok());
+    allowed.clear();
+    bool eos = false;
+    for (int32_t t = 0; t < idx.n_vocab(); ++t) {
+      if (!MaskHas(mask, t)) continue;
+      if (idx.is_eog(t)) eos = true;
+      else allowed.push_back(t);
+    }
+    int32_t t;
+    if (eos && (allowed.empty() || rng.Next() % 2 == 0)) t = idx.eog()[0];
+    else if (allowed.empty()) break;
+    else t = allowed[rng.Next() % allowed.size()];
+    EXPECT_TRUE(m.Accept(t).ok());
+    if (!idx.is_eog(t)) out += idx.piece(t);
+  }
+  *ended = m.accepting();
+  return out;
+}
+
+void CheckWalks(const std::string& vocab_file, int walks_per_schema, int budget) {
+  auto idx = LoadIndex(vocab_file);
+  ASSERT_TRUE(idx) << vocab_file;
+  Rng rng(42);
+  for (const J& schema : Schemas()) {
+    auto text = SchemaToGrammar(schema);
+    ASSERT_TRUE(text.ok()) << text.error().message;
+    auto g = Grammar::Parse(*text);
+    ASSERT_TRUE(g.ok()) << g.error().message << "\n" << *text;
+    auto a = std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+    for (int w = 0; w < walks_per_schema; ++w) {
+      bool ended = false;
+      const std::string out = RandomWalk(a, rng, budget, &ended);
+      ASSERT_TRUE(ended) << "not complete within " << budget << " tokens: " << out;
+      if (getenv("MNEMO_SHOW_WALKS")) printf("%s\n", out.c_str());
+      J value = J::parse(out, nullptr, false);
+      ASSERT_FALSE(value.is_discarded()) << "does not parse: " << out << "\nschema " << schema.dump();
+      const std::string why = test::Validate(schema, value, schema);
+      ASSERT_EQ(why, "") << out << "\nschema " << schema.dump();
+    }
+  }
+}
+
+TEST(JsonSchema, RandomWalksValidateStories260K) { CheckWalks("stories260K/stories260K.gguf", 40, 160); }
+TEST(JsonSchema, RandomWalksValidateLlamaSpm32k) { CheckWalks("vocab/ggml-vocab-llama-spm.gguf", 6, 120); }
+TEST(JsonSchema, RandomWalksValidateGpt2) { CheckWalks("vocab/ggml-vocab-gpt-2.gguf", 6, 120); }
+
+TEST(JsonSchema, JsonObjectGrammarGivesObjects) {
+  auto idx = LoadIndex("stories260K/stories260K.gguf");
+  ASSERT_TRUE(idx);
+  auto g = Grammar::Parse(JsonObjectGrammar());
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto a = std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+  Rng rng(3);
+  for (int w = 0; w < 30; ++w) {
+    bool ended;
+    const std::string out = RandomWalk(a, rng, 100, &ended);
+    ASSERT_TRUE(ended) << out;
+    J v = J::parse(out, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << out;
+  }
+}
+
+TEST(JsonSchema, UnsupportedKeywordsNameTheirLocation) {
+  auto err = [](const char* s) {
+    auto r = SchemaToGrammar(J::parse(s));
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_NE(err(R"({"type": "string", "pattern": "^a$"})").find("'/pattern'"), std::string::npos);
+  EXPECT_NE(err(R"({"properties": {"a b": {"type": "array", "uniqueItems": true}}})").find("'/properties/a b/uniqueItems'"), std::string::npos);
+  EXPECT_NE(err(R"({"$ref": "#/$defs/missing"})").find("does not resolve"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("bounds"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "frog"})").find("unknown type"), std::string::npos);
+  EXPECT_NE(err(R"({"enum": []})").find("non-empty"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "object", "required": ["x"], "additionalProperties": false})").find("not in properties"), std::string::npos);
+  EXPECT_EQ(err(R"({"type": "string", "format": "email", "title": "t", "description": "d", "examples": ["a"]})"), "ok");
+  EXPECT_EQ(err("true"), "ok");
+}
+
+}  // namespace
+}  // namespace mnemo::grammar
