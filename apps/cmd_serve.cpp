@@ -1,6 +1,7 @@
 // mnemo serve: the OpenAI-compatible stateful HTTP server.
 #include <signal.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -32,7 +33,8 @@ int RunServe(ServeFlags& f) {
   signal(SIGPIPE, SIG_IGN);
 
   // The disk tier lives beside the store (a temporary store gets none: its sessions die with it).
-  if (f.engine.t2_mb < 0 && f.engine.disk_dir.empty() && !f.db.empty()) f.engine.disk_dir = f.db + ".kv";
+  // (Also when only its size is given.)
+  if (f.engine.t2_mb != 0 && f.engine.disk_dir.empty() && !f.db.empty()) f.engine.disk_dir = f.db + ".kv";
   if (f.engine.t2_mb < 0 && f.engine.disk_dir.empty()) f.engine.t2_mb = 0;
   auto started = StartEngine(f.model, f.tokenizer, f.runtime, f.engine);
   if (!started.ok()) {
@@ -63,6 +65,10 @@ int RunServe(ServeFlags& f) {
   ServiceConfig sc;
   sc.model_name = f.model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.model_name;
   sc.default_context = f.context;
+  {
+    const uint64_t parts[2] = {VocabFingerprint(vocab), XXH3_64bits(vocab.chat_template.data(), vocab.chat_template.size())};
+    sc.token_identity = XXH3_64bits(parts, sizeof parts);
+  }
   // Selective context embeds turns with the model's own token embeddings (no extra model pass).
   const TensorRef emb = rt.file->weights().tok_embd;
   sc.embed_dim = static_cast<int>(emb.cols);

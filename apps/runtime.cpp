@@ -1,6 +1,7 @@
 #include "runtime.h"
 
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -143,7 +144,13 @@ Result<EngineRuntime> StartEngine(const std::string& model_path, const std::stri
                engine.t0_mb, engine.t1_mb > 0 ? fmt::format("{:.0f} MB", engine.t1_mb) : std::string("off"),
                engine.t2_mb > 0 ? fmt::format("{:.0f} MB in {}", engine.t2_mb, engine.disk_dir) : std::string("off"),
                shape.BlockBytes() / 1024, ctx);
-  auto e = Engine::Create(*rt->model, *rt->tokenizer, MakeEngineConfig(engine, rt->kv_dtype));
+  EngineConfig ec = MakeEngineConfig(engine, rt->kv_dtype);
+  if (engine.t2_mb > 0) {  // the disk tier outlives the process: its KV must be this model's
+    const uint64_t parts[3] = {rt->file->Fingerprint(), static_cast<uint64_t>(rt->kv_dtype),
+                               static_cast<uint64_t>(model_flags.precision == "f32")};
+    ec.kv_identity = XXH3_64bits(parts, sizeof parts);
+  }
+  auto e = Engine::Create(*rt->model, *rt->tokenizer, ec);
   if (!e.ok()) return e.error();
   return EngineRuntime{std::move(rt.value()), std::move(e.value())};
 }

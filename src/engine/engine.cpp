@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 
+#include "base/log.h"
 #include "engine/running.h"
 
 namespace mnemo {
@@ -90,8 +91,13 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& to
   if (config.t2_mb > 0) {
     if (config.disk_dir.empty()) return MakeError("a disk tier needs a directory (--kv-disk-dir)");
     cc.t2_blocks = blocks(config.t2_mb);
-    auto disk = DiskTier::Open(config.disk_dir, std::max(cc.t2_blocks, 1), shape.BlockBytes());
+    bool discarded = false;
+    auto disk = DiskTier::Open(config.disk_dir, std::max(cc.t2_blocks, 1), shape.BlockBytes(), config.kv_identity,
+                               &discarded);
     if (!disk.ok()) return disk.error();
+    if (discarded) {
+      spdlog::warn("disk tier {}: made for another model, KV type or size; starting it empty", config.disk_dir);
+    }
     e->t2_ = std::move(disk.value());
   }
   e->t0_ = std::make_unique<KvStorage>(shape, cc.t0_blocks);

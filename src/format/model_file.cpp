@@ -1,6 +1,7 @@
 #include "format/model_file.h"
 
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <cctype>
 #include <cinttypes>
@@ -29,6 +30,45 @@ std::string BaseName(const std::string& p) {
 }  // namespace
 
 const char* ModelFormatName(ModelFormat f) { return f == ModelFormat::kGguf ? "gguf" : "llama2.c"; }
+
+uint64_t VocabFingerprint(const Vocab& v) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  auto add_string = [&](const std::string& s) {
+    const uint64_t n = s.size();
+    XXH3_64bits_update(st, &n, sizeof n);  // length-prefixed: {"ab","c"} != {"a","bc"}
+    XXH3_64bits_update(st, s.data(), s.size());
+  };
+  add_string(v.model);
+  add_string(v.pre);
+  for (const auto& t : v.tokens) add_string(t);
+  XXH3_64bits_update(st, v.types.data(), v.types.size() * sizeof(int32_t));
+  const int32_t special[4] = {v.bos, v.eos, v.unk, v.pad};
+  XXH3_64bits_update(st, special, sizeof special);
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+uint64_t ModelFile::Fingerprint() const {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  if (gguf_) {
+    for (const auto& t : gguf_->tensors()) {
+      XXH3_64bits_update(st, t.name.data(), t.name.size() + 1);  // with its NUL: names are delimited
+      XXH3_64bits_update(st, t.dims.data(), t.dims.size() * sizeof(int64_t));
+      XXH3_64bits_update(st, &t.type, sizeof t.type);
+      XXH3_64bits_update(st, t.data, t.nbytes);
+    }
+  } else {
+    XXH3_64bits_update(st, map_.data(), map_.size());  // the whole checkpoint: header and weights
+  }
+  const uint64_t vocab = VocabFingerprint(vocab_);
+  XXH3_64bits_update(st, &vocab, sizeof vocab);
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
 
 Result<ModelFile> ModelFile::Open(const std::string& model_path, const std::string& tokenizer_path) {
   auto map = MappedFile::Open(model_path);

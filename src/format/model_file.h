@@ -86,6 +86,11 @@ class ModelFile {
   const std::string& name() const { return name_; }  // general.name, or the file name
   // The parsed GGUF, or nullptr for llama2.c checkpoints.
   const gguf::GgufFile* gguf() const { return gguf_.get(); }
+  // A 64-bit hash of everything a token's KV depends on: every tensor's name, shape, type and
+  // bytes, and the vocabulary. Two files with equal fingerprints compute the same KV for the same
+  // tokens; a re-quantized or fine-tuned file differs. Reads every weight byte once (XXH3, memory
+  // speed once the pages are in: ~0.1 s per GB), so it is computed when asked, not at Open.
+  uint64_t Fingerprint() const;
 
  private:
   ModelFile() = default;
@@ -100,6 +105,10 @@ class ModelFile {
   std::unique_ptr<gguf::GgufFile> gguf_;  // GGUF: owns the map the weights point into
   MappedFile map_;                        // llama2.c: the checkpoint map
 };
+
+// A 64-bit hash of a vocabulary's tokens, types and special ids: token ids mean the same text under
+// two vocabularies with equal fingerprints.
+uint64_t VocabFingerprint(const Vocab& v);
 
 // Reads a llama2.c tokenizer file (int32 max_token_length, then per token: f32 score, int32 length,
 // bytes) for n_vocab tokens, spelled as GGUF does: a space as U+2581, "\n<s>\n" -> "<s>",

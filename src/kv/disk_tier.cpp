@@ -20,6 +20,7 @@ struct FileHeader {  // at offset 0, one page
   uint64_t magic;
   uint64_t n_slots;
   uint64_t payload_bytes;
+  uint64_t identity;  // see DiskTier::Open
 };
 
 struct SlotHeader {  // at the start of each slot
@@ -63,7 +64,8 @@ bool ReadAll(int fd, void* p, size_t n, off_t off) {
 
 }  // namespace
 
-Result<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, int32_t n_slots, size_t payload_bytes) {
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, int32_t n_slots, size_t payload_bytes,
+                                                 uint64_t identity, bool* discarded) {
   if (n_slots <= 0) return MakeError("disk tier: need at least one slot");
   mkdir(dir.c_str(), 0755);
   std::string path = dir + "/kv-t2.bin";
@@ -75,11 +77,13 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, int32_t
   t->payload_bytes_ = payload_bytes;
   t->slot_bytes_ = (sizeof(SlotHeader) + payload_bytes + kPage - 1) / kPage * kPage;
   FileHeader fh{};
-  bool same = ReadAll(fd, &fh, sizeof fh, 0) && fh.magic == kFileMagic && fh.n_slots == uint64_t(n_slots) &&
-              fh.payload_bytes == payload_bytes;
-  if (!same) {  // new file, or another geometry: start empty
+  const bool read = ReadAll(fd, &fh, sizeof fh, 0);
+  bool same = read && fh.magic == kFileMagic && fh.n_slots == uint64_t(n_slots) && fh.payload_bytes == payload_bytes &&
+              fh.identity == identity;
+  if (discarded) *discarded = read && !same;
+  if (!same) {  // new file, or another geometry or model: start empty
     if (ftruncate(fd, 0) != 0) return MakeError("disk tier: cannot truncate %s", path.c_str());
-    fh = FileHeader{kFileMagic, uint64_t(n_slots), payload_bytes};
+    fh = FileHeader{kFileMagic, uint64_t(n_slots), payload_bytes, identity};
     if (!WriteAll(fd, &fh, sizeof fh, 0)) return MakeError("disk tier: cannot write %s", path.c_str());
   }
   if (ftruncate(fd, off_t(kPage + t->slot_bytes_ * n_slots)) != 0) {

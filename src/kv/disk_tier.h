@@ -27,9 +27,13 @@ struct DiskSlotId {
 
 class DiskTier {
  public:
-  // Opens or creates dir/kv-t2.bin with n_slots slots of payload_bytes each. An existing file made
-  // with another geometry is discarded (its contents cannot be used).
-  static Result<std::unique_ptr<DiskTier>> Open(const std::string& dir, int32_t n_slots, size_t payload_bytes);
+  // Opens or creates dir/kv-t2.bin with n_slots slots of payload_bytes each. `identity` stands for
+  // what the KV depends on besides the tokens (the model's weights, the KV dtype, the precision):
+  // an existing file made with another geometry or identity is discarded (its contents cannot be
+  // used: a restart on another model of the same shape would otherwise serve the old model's KV).
+  // *discarded says whether that happened.
+  static Result<std::unique_ptr<DiskTier>> Open(const std::string& dir, int32_t n_slots, size_t payload_bytes,
+                                                uint64_t identity = 0, bool* discarded = nullptr);
   ~DiskTier();
 
   int32_t n_slots() const { return n_slots_; }

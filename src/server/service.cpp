@@ -70,7 +70,27 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();
     engine.SetNextSessionId(*max_id + 1);
+    if (config.token_identity != 0) {
+      const auto identity = static_cast<int64_t>(config.token_identity);
+      auto stored = store->TokenIdentity();
+      if (!stored.ok()) return stored.error();
+      if (stored->has_value() && **stored != identity) {
+        auto n = store->DeleteAllSessions();
+        if (!n.ok()) return n.error();
+        spdlog::warn("the store's {} sessions were made with another vocabulary or chat template (another model): "
+                     "deleted, not restored; their responses and conversations continue from their text",
+                     *n);
+      }
+      if (!stored->has_value() || **stored != identity) MNEMO_TRY(store->SetTokenIdentity(identity));
+    }
+    std::vector<int64_t> invalid;  // sessions holding ids outside the vocabulary (a damaged store)
     Status st = store->ForEachSession([&](StoredSession&& ss) -> Status {
+      for (int32_t t : ss.tokens) {
+        if (t < 0 || t >= tokenizer.n_vocab()) {
+          invalid.push_back(ss.id);
+          return Status::Ok();
+        }
+      }
       std::vector<Turn> turns;
       for (const auto& t : ss.turns) turns.push_back(Turn{int(t.begin), int(t.prompt_end), int(t.end)});
       Status r = engine.RestoreSession(ss.id, ss.tokens, std::move(turns));
@@ -82,6 +102,10 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       return Status::Ok();
     });
     if (!st.ok()) return st.error();
+    for (int64_t id : invalid) {
+      spdlog::warn("stored session {} holds token ids outside the vocabulary: deleted", id);
+      MNEMO_TRY(store->DeleteSession(id));
+    }
     spdlog::info("restored {} sessions from the store", s->sessions_.size());
   }
   return s;

@@ -96,6 +96,12 @@ struct ServiceConfig {
   std::function<void(int32_t, float*)> embed;  // row of the token embedding table (selective context)
   int embed_dim = 0;             // its width
   ContextRequest default_context;  // applied when a request names no budget
+  // What token ids mean for this server: a hash of the vocabulary and chat template (0 = unchecked).
+  // Stored sessions made under another identity (the server restarted on another model with the
+  // same --db) are deleted at start instead of restored: their token logs would be another
+  // vocabulary's ids, and their KV another model's. Responses and conversations stay and continue
+  // from their text.
+  uint64_t token_identity = 0;
 };
 
 // The tables keyword relevance needs (context::ScoringOptions::fold and word_kind) for a

@@ -278,6 +278,29 @@ Result<int64_t> Store::MaxSessionId() {
   return v->value_or(0);
 }
 
+Result<std::optional<int64_t>> Store::TokenIdentity() {
+  std::lock_guard lock(read_mu_);
+  return reader_->QueryInt("SELECT value FROM meta WHERE key='token_identity'");
+}
+
+Status Store::SetTokenIdentity(int64_t identity) {
+  std::lock_guard lock(write_mu_);
+  auto st = writer_->Prepare(
+      "INSERT INTO meta(key, value) VALUES('token_identity', ?1) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
+  if (!st) return st.error();
+  return st->Bind(1, identity).Run();
+}
+
+Result<int64_t> Store::DeleteAllSessions() {
+  std::lock_guard lock(write_mu_);
+  auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
+  if (!tx) return tx.error();
+  MNEMO_TRY(writer_->Exec("DELETE FROM sessions"));
+  const int64_t n = writer_->changes();
+  MNEMO_TRY(tx->Commit());
+  return n;
+}
+
 // ---- the durable end of a turn ----
 
 Result<std::vector<std::string>> Store::CommitTurn(const TurnCommit& c) {

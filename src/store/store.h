@@ -207,6 +207,13 @@ class Store {
   Result<std::vector<StoredSession>> LoadSessions();  // all of them, in id order
   // The highest session id ever created (deleted ones included), 0 when none: new ids must be above.
   Result<int64_t> MaxSessionId();
+  // What the stored token logs mean: a hash of the vocabulary and chat template they were made with
+  // (Service), nullopt in a store that has none yet. Sessions made under another identity are
+  // token ids of another vocabulary and must not be restored.
+  Result<std::optional<int64_t>> TokenIdentity();
+  Status SetTokenIdentity(int64_t identity);
+  // Deletes every session (as DeleteSession does each); returns how many there were.
+  Result<int64_t> DeleteAllSessions();
 
   // ---- the durable end of a turn ----
   // Applies c in one transaction: optional session creation, optional truncation, the turn's

@@ -73,6 +73,33 @@ TEST(DiskTier, RoundTripAndSurvivesReopen) {
   std::filesystem::remove_all(dir);
 }
 
+// A file written for another model (identity) is never read back: a restart on another model of the
+// same shape must not serve the old model's KV.
+TEST(DiskTier, AnotherIdentityDiscardsTheFile) {
+  std::string dir = TempDir("identity");
+  std::vector<char> buf(1000, 'x'), back(1000);
+  const DiskSlotId id{1, 0, 32, 0x1};
+  bool discarded = true;
+  {
+    auto t = DiskTier::Open(dir, 2, 1000, /*identity=*/111, &discarded);
+    ASSERT_TRUE(t.ok());
+    EXPECT_FALSE(discarded);  // a new file
+    ASSERT_TRUE((*t)->Write(0, id, buf.data()).ok());
+  }
+  {
+    auto same = DiskTier::Open(dir, 2, 1000, 111, &discarded);
+    ASSERT_TRUE(same.ok());
+    EXPECT_FALSE(discarded);
+    EXPECT_EQ((*same)->Scan().size(), 1u);
+  }
+  auto other = DiskTier::Open(dir, 2, 1000, 222, &discarded);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(discarded);
+  EXPECT_TRUE((*other)->Scan().empty());
+  EXPECT_FALSE((*other)->Read(0, id, back.data()).ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(DiskTier, CorruptPayloadIsDetected) {
   std::string dir = TempDir("corrupt");
   auto t = DiskTier::Open(dir, 2, 1000);
