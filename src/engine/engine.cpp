@@ -434,7 +434,13 @@ Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
       out = MakeError(StatusCode::kOutOfRange, "the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
       return;
     }
+    if (req.grammar && req.grammar->index().n_vocab() != tok_.n_vocab()) {
+      out = MakeError(StatusCode::kInvalidArgument, "the grammar was built for another vocabulary (%d tokens, not %d)",
+                      req.grammar->index().n_vocab(), tok_.n_vocab());
+      return;
+    }
     auto r = std::make_unique<Running>();
+    if (req.grammar) r->matcher.emplace(req.grammar);
     r->session = &s;
     r->seq = s.tokens;
     r->seq.insert(r->seq.end(), req.append.begin(), req.append.end());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/automaton.h"
 #include "kv/cache_manager.h"
 #include "sampling/sampler.h"
 
@@ -26,6 +27,11 @@ struct TurnRequest {
   bool ignore_eos = false;           // keep going past end-of-generation tokens
   bool keep_stop_token = false;      // append a sampled stop token to the session log
   bool capture_logits = false;       // return the logits of the first generated token (tests)
+  // Constrained decoding: every generated token keeps the output inside this grammar (built over
+  // the engine's tokenizer), and the grammar closes the output in time for max_tokens and the
+  // context (automaton.h). The turn ends with kStop once the grammar admits nothing but the end
+  // of generation, whatever ignore_eos and min_tokens say. Null: unconstrained.
+  std::shared_ptr<grammar::Automaton> grammar;
 };
 
 // Where the positions of a turn's context came from.

@@ -27,6 +27,8 @@ struct Engine::Running {
   std::optional<Sampler> sampler;
   std::optional<StreamDecoder> decoder;
   std::optional<StopMatcher> stop;
+  std::optional<grammar::Matcher> matcher;  // when req.grammar
+  grammar::TokenMask mask;                  // [ceil(vocab / 64)] the matcher's mask of this step
   TurnResult result;
   double submitted = 0;           // engine clock
   bool decoding() const { return admitted && next_query == queries.size(); }

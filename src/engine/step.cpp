@@ -337,8 +337,41 @@ void Engine::Schedule(double now) {
       }
     }
     if (generated == 0 && r.req.capture_logits) r.result.first_logits.assign(l, l + vocab);
-    int32_t id = r.sampler->Sample(std::span<const float>(l, vocab), r.seq);
+    std::span<const uint64_t> allowed;
+    if (r.matcher) {
+      // Tokens the turn may still generate, this one included: the grammar closes within them.
+      const int budget = std::max(1, std::min(r.req.max_tokens - generated, max_context_ - static_cast<int>(r.seq.size())));
+      Status st = r.matcher->FillMask(budget, &r.mask);
+      if (!st.ok()) {
+        r.result.error = st.error();
+        spdlog::warn("session {}: grammar: {}", r.session->id, r.result.error.message);
+        Finish(r, FinishReason::kError, t);
+        continue;
+      }
+      if (r.matcher->final()) {  // the output is complete: only the end of generation can follow
+        Finish(r, FinishReason::kStop, t);
+        continue;
+      }
+      r.mask.resize((static_cast<size_t>(vocab) + 63) / 64, 0);  // padded vocab rows: refused
+      allowed = r.mask;
+    }
+    int32_t id = r.sampler->Sample(std::span<const float>(l, vocab), r.seq, allowed);
     if (generated == 0) r.result.ttft_seconds = t - r.submitted;
+    if (r.matcher) {
+      // Sample draws only allowed tokens, so this cannot fail but for a state limit.
+      Status st = r.matcher->Accept(id);
+      if (!st.ok()) {
+        r.result.error = st.error();
+        spdlog::warn("session {}: grammar: {}", r.session->id, r.result.error.message);
+        Finish(r, FinishReason::kError, t);
+        continue;
+      }
+      if (r.matcher->done() && r.req.ignore_eos) {  // an end of generation closed the grammar
+        r.result.tokens.push_back(id);
+        Finish(r, FinishReason::kStop, t);
+        continue;
+      }
+    }
     if (!EmitToken(r, id, t)) r.tail_unfed = true;
   }
   // Retire finished and cancelled turns.

@@ -204,7 +204,18 @@ Result<Sampler> Sampler::Create(const SamplingParams& params, int n_vocab) {
   return Sampler(params, n_vocab);
 }
 
-void Sampler::PrepareLogits(std::span<const float> logits, std::span<const int32_t> history) {
+void Sampler::PrepareLogits(std::span<const float> logits, std::span<const int32_t> history,
+                            std::span<const uint64_t> allowed) {
+  ApplyPenalties(logits, history);
+  if (allowed.empty()) return;
+  MNEMO_CHECK(allowed.size() * 64 >= static_cast<size_t>(n_vocab_));
+  float* w = work_.data();
+  for (int i = 0; i < n_vocab_; ++i) {
+    if (!((allowed[i >> 6] >> (i & 63)) & 1)) w[i] = kNegInf;
+  }
+}
+
+void Sampler::ApplyPenalties(std::span<const float> logits, std::span<const int32_t> history) {
   float* w = work_.data();
   for (int i = 0; i < n_vocab_; ++i) {
     float x = logits[i];
@@ -281,16 +292,18 @@ int32_t Sampler::Draw(bool all, float max_logit) {
 }
 
 std::span<const float> Sampler::PenalizedLogits(std::span<const float> logits,
-                                                std::span<const int32_t> history) {
+                                                std::span<const int32_t> history,
+                                                std::span<const uint64_t> allowed) {
   MNEMO_CHECK_MSG(static_cast<int>(logits.size()) == n_vocab_,
                   "logits size " + std::to_string(logits.size()) + " != n_vocab " +
                       std::to_string(n_vocab_));
-  PrepareLogits(logits, history);
+  PrepareLogits(logits, history, allowed);
   return work_;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history) {
-  PenalizedLogits(logits, history);
+int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
+                        std::span<const uint64_t> allowed) {
+  PenalizedLogits(logits, history, allowed);
   const float* w = work_.data();
 
   // Argmax, lowest id on ties: the greedy answer, and the only sensible one when every logit is
@@ -298,6 +311,10 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   const float max_logit = MaxValue(w, n_vocab_);
   const int32_t best = static_cast<int32_t>(std::find(w, w + n_vocab_, max_logit) - w);
   const SamplingParams& p = params_;
+  if (max_logit == kNegInf && !allowed.empty()) {
+    for (int32_t i = 0; i < n_vocab_; ++i)
+      if ((allowed[i >> 6] >> (i & 63)) & 1) return i;
+  }
   if (p.temperature == 0.0f || p.top_k == 1 || max_logit == kNegInf) return best;
 
   // The candidate set starts as all of work_ and becomes cand_ once a filter narrows it.

@@ -63,20 +63,29 @@ class Sampler {
   // logits: [n_vocab] raw model output for the next token (size checked). NaN counts as -inf,
   // +inf as the largest float. history: prompt and generated tokens so far, oldest first; the last
   // penalty_last_n of them drive the penalties (ids outside [0, n_vocab) are ignored).
+  // allowed: empty, or [ceil(n_vocab / 64)] bits (bit i of word i / 64 set = token i may be
+  // drawn; a grammar's mask, grammar/automaton.h): every other token counts as -inf before any
+  // filter, so penalties, top-k/p and temperature act among the allowed tokens only. When every
+  // allowed token's logit is -inf, the lowest allowed id is returned (never a refused one).
   // Returns a token id in [0, n_vocab).
-  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history);
+  int32_t Sample(std::span<const float> logits, std::span<const int32_t> history,
+                 std::span<const uint64_t> allowed = {});
 
   // The logits Sample() would work from: sanitized, penalties applied. [n_vocab], valid until the
   // next call. Does not advance the Rng. For tests, and for reporting penalized logprobs.
   std::span<const float> PenalizedLogits(std::span<const float> logits,
-                                         std::span<const int32_t> history);
+                                         std::span<const int32_t> history,
+                                         std::span<const uint64_t> allowed = {});
 
   const SamplingParams& params() const { return params_; }
   int n_vocab() const { return n_vocab_; }
 
  private:
+  // ApplyPenalties, then refused tokens (a non-empty `allowed`) become -inf.
+  void PrepareLogits(std::span<const float> logits, std::span<const int32_t> history,
+                     std::span<const uint64_t> allowed);
   // Copies logits into work_ (sanitized) and applies the penalties over the history window.
-  void PrepareLogits(std::span<const float> logits, std::span<const int32_t> history);
+  void ApplyPenalties(std::span<const float> logits, std::span<const int32_t> history);
   // cand_ = the k best tokens of work_, in heap order. For small k.
   void HeapTopK(int32_t k);
   // Draws from softmax((l - max_logit) / T) over all of work_ (all = true) or over cand_.

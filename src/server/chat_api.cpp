@@ -4,6 +4,7 @@
 #include "server/api_server.h"
 #include "server/http_util.h"
 #include "server/openai_fields.h"
+#include "server/output_format.h"
 
 namespace mnemo {
 
@@ -87,7 +88,8 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                                   {"functions", kArray}, {"function_call", kString | kObject},
                                   {"prompt_cache_key", kString}, {"safety_identifier", kString},
                                   {"reasoning_effort", kString}, {"verbosity", kString}, {"modalities", kArray},
-                                  {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject}})) {
+                                  {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject},
+                                  {"response_format", kObject}, {"grammar", kString}})) {
     return SendError(res, *e);
   }
   if (BoolOr(body, "logprobs", false)) {
@@ -105,6 +107,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   if (auto e = ParseKnownFields(body, Endpoint::kChat, service_.tokenizer().n_vocab(), &spec.request)) {
     return SendError(res, *e);
   }
+  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kChat, &spec.request)) return SendError(res, *e);
   const bool stream = BoolOr(body, "stream", false);
   bool include_usage = false;
   if (!Absent(body, "stream_options")) {
@@ -205,7 +208,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
                                   {"user", kString}, {"top_k", kInteger}, {"min_p", kNumber},
                                   {"repetition_penalty", kNumber}, {"ignore_eos", kBool}, {"min_tokens", kInteger},
                                   {"echo", kBool}, {"logprobs", kInteger}, {"best_of", kInteger},
-                                  {"suffix", kString}, {"logit_bias", kObject}})) {
+                                  {"suffix", kString}, {"logit_bias", kObject}, {"grammar", kString}})) {
     return SendError(res, *e);
   }
   auto p = body.find("prompt");
@@ -220,6 +223,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   if (auto e = ParseKnownFields(body, Endpoint::kCompletions, service_.tokenizer().n_vocab(), &spec.request)) {
     return SendError(res, *e);
   }
+  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kCompletions, &spec.request)) return SendError(res, *e);
   if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
   const bool stream = BoolOr(body, "stream", false);
   spec.hint.key = req.get_header_value("X-Session-Id");

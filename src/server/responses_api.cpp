@@ -7,6 +7,7 @@
 #include "server/api_server.h"
 #include "server/http_util.h"
 #include "server/openai_fields.h"
+#include "server/output_format.h"
 
 namespace mnemo {
 
@@ -101,6 +102,17 @@ Json OutputItem(const std::string& id, const std::string& text, const std::strin
           {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
 }
 
+// The request's `text` as the response reports it: its format ({type: text} by default).
+Json TextFormat(const Json& request) {
+  Json text = {{"format", {{"type", "text"}}}};
+  if (request.contains("text") && request["text"].is_object()) {
+    const Json& t = request["text"];
+    if (t.contains("format") && t["format"].is_object()) text["format"] = t["format"];
+    if (t.contains("verbosity") && t["verbosity"].is_string()) text["verbosity"] = t["verbosity"];
+  }
+  return text;
+}
+
 // The response object as the API returns it.
 Json ResponseObject(const StoredResponse& r, const Json& request, const Json& output, const Json& usage) {
   Json j = {{"id", r.id},
@@ -118,7 +130,7 @@ Json ResponseObject(const StoredResponse& r, const Json& request, const Json& ou
             {"store", http::BoolOr(request, "store", true)},
             {"temperature", http::ValueOr(request, "temperature", 1.0)},
             {"top_p", http::ValueOr(request, "top_p", 1.0)},
-            {"text", {{"format", {{"type", "text"}}}}},
+            {"text", TextFormat(request)},
             {"tool_choice", "auto"},
             {"tools", Json::array()},
             {"truncation", http::ValueOr(request, "truncation", "disabled")},
@@ -183,7 +195,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
                                   {"context_relevance", kString}, {"context_keep_last", kInteger},
                                   {"include", kArray}, {"prompt_cache_key", kString}, {"safety_identifier", kString},
                                   {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
-                                  {"max_tool_calls", kInteger}, {"prompt", kObject}})) {
+                                  {"max_tool_calls", kInteger}, {"prompt", kObject}, {"grammar", kString}})) {
     return SendError(res, *e);
   }
   if (!Absent(body, "stream_options")) {
@@ -212,6 +224,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   if (auto e = ParseKnownFields(body, Endpoint::kResponses, service_.tokenizer().n_vocab(), &spec.request)) {
     return SendError(res, *e);
   }
+  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kResponses, &spec.request)) return SendError(res, *e);
   if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
   std::vector<bool> history_pins;
 

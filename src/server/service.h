@@ -29,6 +29,7 @@
 #include "server/api_error.h"
 #include "server/prefix_index.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
 #include "store/store.h"
 #include "tokenizer/tokenizer.h"
 
@@ -142,6 +143,10 @@ class Service {
     std::string owner;
     std::string key;  // client session key, if any
   };
+  // The shared automaton for grammar text over this tokenizer (output_format.cpp; the vocabulary
+  // trie is built on first use). Errors: kInvalidArgument with the parser's reason.
+  Result<std::shared_ptr<grammar::Automaton>> Grammar(const std::string& text);
+
   std::vector<SessionView> Sessions(const std::string& owner);
   Status DeleteSession(int64_t id, const std::string& owner);
 
@@ -209,6 +214,9 @@ class Service {
   std::vector<std::string> control_texts_;  // where tokenization restarts (turn_append.h)
   std::vector<int32_t> fold_;      // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
   std::vector<int8_t> word_kind_;  // [vocab] 1 starts a word, 0 continues one, -1 in none (keyword relevance)
+
+  std::mutex grammar_mu_;
+  std::unique_ptr<grammar::GrammarCache> grammars_;  // built on first use (the trie costs O(vocab))
 
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id

@@ -457,5 +457,29 @@ TEST(Sampler, LargeVocabCost) {
   }
 }
 
+TEST(Sampler, MaskKeepsDrawsAmongAllowedTokens) {
+  const int n_vocab = 200;
+  std::vector<float> l(n_vocab);
+  for (int i = 0; i < n_vocab; ++i) l[i] = static_cast<float>(i % 17) * 0.3f;
+  std::vector<uint64_t> allowed((n_vocab + 63) / 64, 0);
+  for (int i : {3, 64, 65, 130, 199}) allowed[i >> 6] |= uint64_t{1} << (i & 63);
+  for (float t : {0.0f, 0.8f, 1.5f}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.top_k = 2;  // applies among the allowed tokens
+    p.seed = 5;
+    Sampler s(p, n_vocab);
+    std::set<int> seen;
+    for (int i = 0; i < 500; ++i) seen.insert(s.Sample(l, {}, allowed));
+    for (int id : seen) EXPECT_TRUE((allowed[id >> 6] >> (id & 63)) & 1) << id;
+    EXPECT_EQ(seen.size(), t == 0.0f ? 1u : 2u);
+  }
+  // Every allowed logit -inf: the lowest allowed id, never a refused one.
+  std::vector<float> dead(n_vocab, 1.0f);
+  for (int i : {3, 64, 65, 130, 199}) dead[i] = -std::numeric_limits<float>::infinity();
+  Sampler s(SamplingParams{}, n_vocab);
+  EXPECT_EQ(s.Sample(dead, {}, allowed), 3);
+}
+
 }  // namespace
 }  // namespace mnemo
