@@ -168,6 +168,7 @@ void RegisterBench(CLI::App& app) {
   RegisterBenchServe(bench);
   RegisterBenchCache(bench);
   RegisterBenchTurns(bench);
+  RegisterBenchGrammar(bench);
 }
 
 }  // namespace mnemo::app
