@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace mnemo::grammar {
 namespace {
@@ -162,7 +163,8 @@ Automaton::Stats Automaton::stats() {
   return s;
 }
 
-int32_t Automaton::Walk(StateId s, int32_t limit, uint64_t* words) {
+int32_t Automaton::Walk(StateId s, int32_t limit, uint64_t* words, std::vector<std::pair<int32_t, int32_t>>* costly) {
+  const int32_t minc_s = states_[s].minc;
   const std::vector<TokenIndex::Node>& nodes = index_->nodes();
   const std::vector<int32_t>& ids = index_->token_ids();
   const int32_t n = static_cast<int32_t>(nodes.size());
@@ -183,7 +185,10 @@ int32_t Automaton::Walk(StateId s, int32_t limit, uint64_t* words) {
       const int32_t m = states_[t].minc;
       if (m <= limit) {
         max_end = std::max(max_end, m);
-        for (int32_t k = node.tok_begin; k < node.tok_end; ++k) words[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+        for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
+          words[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+          if (costly && m > minc_s && costly->size() <= kMaxCostly) costly->push_back({m, ids[k]});
+        }
       }
     }
     ++i;
@@ -200,7 +205,8 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
   uint64_t* w = mask->data();
   const int32_t limit = budget == INT_MAX ? Grammar::kFar : std::max(0, budget - 1);
   if (states_[s].mask < 0) {
-    const int32_t max_end = Walk(s, Grammar::kFar, w);
+    std::vector<std::pair<int32_t, int32_t>> costly;
+    const int32_t max_end = Walk(s, Grammar::kFar, w, &costly);
     if (overflow_)
       return MakeError(StatusCode::kInvalidArgument,
                        "the grammar is too complex: its matcher exceeded %d states or %d stacks", kMaxStates, kMaxStacks);
@@ -208,12 +214,23 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
     if ((mask_pool_.size() + words_) * sizeof(uint64_t) <= kMaxMaskCacheBytes) {
       states_[s].mask = static_cast<int32_t>(mask_pool_.size() / words_);
       mask_pool_.insert(mask_pool_.end(), w, w + words_);
+      if (costly.size() <= kMaxCostly) {
+        std::sort(costly.begin(), costly.end(), std::greater<>());
+        states_[s].costly = static_cast<int32_t>(costly_.size());
+        costly_.push_back(std::move(costly));
+      }
     }
   } else {
     std::memcpy(w, mask_pool_.data() + static_cast<size_t>(states_[s].mask) * words_, words_ * sizeof(uint64_t));
     stats_.masks_cached++;
   }
-  if (limit < states_[s].max_end_minc) {
+  if (limit < states_[s].max_end_minc && limit >= states_[s].minc && states_[s].costly >= 0) {
+    // Every token that does not move away from completion fits; drop the costly ones that do not.
+    for (const auto& [m, id] : costly_[states_[s].costly]) {
+      if (m <= limit) break;
+      w[id >> 6] &= ~(uint64_t{1} << (id & 63));
+    }
+  } else if (limit < states_[s].max_end_minc) {
     // Few tokens left: keep only tokens after which the output can still be completed in time.
     std::vector<uint64_t> budgeted(words_, 0);
     Walk(s, limit, budgeted.data());

@@ -92,6 +92,8 @@ class Automaton {
     int32_t trans = -1;     // offset of its 256 transitions in trans_, -1 until first used
     int32_t mask = -1;      // cached unbudgeted mask (index into mask_pool_ / words), -1 none
     int32_t max_end_minc = 0;  // with the cached mask: the largest MinBytesToAccept after an allowed token
+    int32_t costly = -1;       // with the cached mask: costly_[costly] lists its allowed tokens that move
+                               // away from completion (end minc > minc), or -1 when too many to list
     int32_t minc = 0;
     bool accepting = false;
     bool final = false;
@@ -111,7 +113,8 @@ class Automaton {
   StateId ComputeTransition(StateId s, uint8_t b);
   // One trie walk: tokens whose end state has minc <= limit. Returns the max minc over the
   // allowed tokens' end states.
-  int32_t Walk(StateId s, int32_t limit, uint64_t* words);
+  // costly (optional): collects (end minc, token) of allowed tokens with end minc > minc(s).
+  int32_t Walk(StateId s, int32_t limit, uint64_t* words, std::vector<std::pair<int32_t, int32_t>>* costly = nullptr);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenIndex> index_;
@@ -123,6 +126,10 @@ class Automaton {
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> state_ids_;
   std::vector<int32_t> trans_;                           // [tables][256] state ids; kUnknown = not computed
   std::vector<uint64_t> mask_pool_;                      // [cached masks][words]
+  // Per cached state, its costly tokens by end minc, largest first: with few tokens left, the
+  // budgeted mask is the cached one minus a prefix of this list (no second trie walk).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> costly_;
+  static constexpr size_t kMaxCostly = 4096;
   std::vector<StateId> walk_states_;                     // [max_depth + 1] scratch of Walk
   std::vector<int32_t> scratch_;                         // scratch of ComputeTransition
   StateId start_ = kDead;

@@ -210,8 +210,17 @@ void Sampler::PrepareLogits(std::span<const float> logits, std::span<const int32
   if (allowed.empty()) return;
   MNEMO_CHECK(allowed.size() * 64 >= static_cast<size_t>(n_vocab_));
   float* w = work_.data();
-  for (int i = 0; i < n_vocab_; ++i) {
-    if (!((allowed[i >> 6] >> (i & 63)) & 1)) w[i] = kNegInf;
+  // Word by word: a grammar's mask is mostly all-refused or all-allowed words.
+  for (int base = 0; base < n_vocab_; base += 64) {
+    const uint64_t bits = allowed[base >> 6];
+    const int end = std::min(base + 64, n_vocab_);
+    if (bits == ~uint64_t{0}) continue;
+    if (bits == 0) {
+      std::fill(w + base, w + end, kNegInf);
+      continue;
+    }
+    for (int i = base; i < end; ++i)
+      if (!((bits >> (i - base)) & 1)) w[i] = kNegInf;
   }
 }
 
