@@ -18,6 +18,7 @@ struct ServeFlags {
   std::string model, tokenizer, db, model_name;
   ServerConfig server;
   double max_body_mb = 8;
+  bool render_whole = false;
   ContextRequest context;
   RuntimeFlags runtime;
   EngineFlags engine;
@@ -69,6 +70,7 @@ int RunServe(ServeFlags& f) {
     const uint64_t parts[2] = {VocabFingerprint(vocab), XXH3_64bits(vocab.chat_template.data(), vocab.chat_template.size())};
     sc.token_identity = XXH3_64bits(parts, sizeof parts);
   }
+  sc.render_windows = !f.render_whole;
   // Selective context embeds turns with the model's own token embeddings (no extra model pass).
   const TensorRef emb = rt.file->weights().tok_embd;
   sc.embed_dim = static_cast<int>(emb.cols);
@@ -121,6 +123,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--api-key", f->server.api_keys, "accepted API key (repeatable); none = no auth");
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
+  cmd->add_flag("--render-whole", f->render_whole,
+                "render every turn's whole conversation (no window fast path; for comparisons and tests)");
   cmd->add_option("--http-threads", f->server.http_threads, "connections served at once");
   cmd->add_option("--cors-origin", f->server.cors_origins,
                   "allow browser apps from this origin (repeatable; '*' = any); off by default");

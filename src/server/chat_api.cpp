@@ -123,6 +123,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
   if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
+  if (t.windowed) metrics_.WindowedTurn();
   const std::string id = NewId("chatcmpl-");
   const int64_t created = http::UnixSeconds();
   const std::string model = service_.config().model_name;

@@ -35,6 +35,9 @@ ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
     auto r = SelectContext(spec, spec.context.budget);
     if (auto* e = std::get_if<ApiError>(&r)) return *e;
     report = std::get<ContextReport>(r);
+    if (report.applied) spec.chain = false;  // the session no longer holds the chain's whole history
+  } else if (windows_ && !spec.prompt && spec.hint.session < 0 && spec.hint.key.empty()) {
+    if (auto fast = StartResent(spec)) return std::move(*fast);
   }
   auto st = StartRendered(std::move(spec));
   if (auto* t = std::get_if<StartedTurn>(&st)) t->context = std::move(report);

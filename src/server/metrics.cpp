@@ -148,6 +148,8 @@ std::string Metrics::Render(const EngineStats& e) const {
   gauge("mnemo_cost_fit_rel_rms", "Relative RMS error of the fitted step-time model", e.step_cost_rel_rms);
   counter("mnemo_engine_steps_total", "Forward passes", e.steps);
   counter("mnemo_context_selections_total", "Turns served with selective context", selections_);
+  counter("mnemo_windowed_turns_total", "Turns rendered from a window of the conversation, not the whole history",
+          windowed_);
   counter("mnemo_context_dropped_tokens_total", "Tokens left out by selective context", selection_dropped_);
   gauge("mnemo_queue_depth", "Turns waiting for admission", e.waiting);
   gauge("mnemo_running", "Turns in the batch", e.running);

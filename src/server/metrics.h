@@ -45,6 +45,8 @@ class Metrics {
   void InterToken(double seconds) { itl_.Observe(seconds); }
   // Context selections of the selective-context mode.
   void ContextSelection(int64_t dropped_tokens);
+  // A turn rendered from a window of its conversation (Service's fast paths), not the whole history.
+  void WindowedTurn() { windowed_++; }
 
   // The whole exposition, engine gauges included.
   std::string Render(const EngineStats& engine) const;
@@ -56,6 +58,7 @@ class Metrics {
   std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
   std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, recomputed_{0}, fresh_{0};
   std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
+  std::atomic<uint64_t> windowed_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
   Histogram ttft_, itl_, e2e_;
 };

@@ -227,6 +227,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kResponses, &spec.request)) return SendError(res, *e);
   if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
   std::vector<bool> history_pins;
+  std::optional<std::string> instructions;
+  if (body.contains("instructions") && body["instructions"].is_string()) instructions = body["instructions"].get<std::string>();
 
   // The history: a previous response's chain, or a conversation's items.
   std::vector<ChatMessage> history;
@@ -241,7 +243,18 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   if (prev_id && conv_id) {
     return http::SendError(res, http::BadRequest("'previous_response_id' and 'conversation' cannot be used together", "conversation", "invalid_value"));
   }
-  if (prev_id) {
+  spec.chain = !conv_id;  // a previous_response_id chain (or its first turn)
+  spec.instructions = instructions;
+  // The fast path: the previous response is the latest turn of its live session, which holds the
+  // chain's whole history: only the new turn is rendered (Service::StartAfterResponse).
+  std::optional<ApiResult<StartedTurn>> started;
+  if (prev_id && truncation == "disabled") {
+    TurnSpec fast = spec;
+    std::vector<bool> pins;
+    AppendMessages(input_items, &fast.messages, &pins);
+    started = service_.StartAfterResponse(std::move(fast), *prev_id);
+  }
+  if (prev_id && !started) {
     // One query for the whole chain; it ends where an older link was deleted (the history starts there).
     auto links = store->GetResponseChain(*prev_id, owner, kMaxChain);
     if (!links.ok()) return http::SendError(res, StoreFailure(links.error()));
@@ -297,8 +310,8 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     }
   }
   std::vector<ChatMessage> messages;
-  if (body.contains("instructions") && body["instructions"].is_string()) {
-    messages.push_back(ChatMessage{"system", body["instructions"].get<std::string>()});
+  if (instructions) {
+    messages.push_back(ChatMessage{"system", *instructions});
     spec.pinned.push_back(false);
   }
   // The stored session ended with the latest reply of the history: the turn continues after it.
@@ -314,17 +327,18 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   AppendMessages(input_items, &messages, &spec.pinned);
   spec.messages = std::move(messages);
   // truncation "auto": a context longer than the model's keeps the turns selective context picks.
-  if (truncation == "auto" && spec.context.budget <= 0) {
+  if (!started && truncation == "auto" && spec.context.budget <= 0) {
     auto toks = service_.Render(spec);
     if (auto* e = std::get_if<ApiError>(&toks)) return http::SendError(res, *e);
     const int max_ctx = service_.engine().max_context();
     if (static_cast<int>(std::get<0>(toks).size()) >= max_ctx) spec.context.budget = std::max(1, max_ctx * 3 / 4);
   }
   const bool stream = BoolOr(body, "stream", false);
-  auto started = service_.Start(spec);
-  if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
-  StartedTurn t = std::get<StartedTurn>(started);
+  if (!started) started = service_.Start(spec);
+  if (auto* e = std::get_if<ApiError>(&*started)) return http::SendError(res, *e);
+  StartedTurn t = std::get<StartedTurn>(*started);
   if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
+  if (t.windowed) metrics_.WindowedTurn();
 
   StoredResponse sr;
   sr.id = NewId("resp_");
@@ -428,6 +442,7 @@ void ApiServer::DeleteResponse(const Req& req, Res& res, const std::string& owne
   auto r = service_.store()->DeleteResponse(req.matches[1], owner);
   if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
   if (!*r) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  service_.ForgetResponses(owner);  // chains through it now end there
   http::SendJson(res, {{"id", std::string(req.matches[1])}, {"object", "response.deleted"}, {"deleted", true}});
 }
 

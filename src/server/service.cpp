@@ -64,8 +64,11 @@ void KeywordTables(const Tokenizer& tokenizer, std::vector<int32_t>* fold, std::
 Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer& tokenizer, ChatTemplate chat_template,
                                                  Store* store, const ServiceConfig& config) {
   std::unique_ptr<Service> s(new Service(engine, tokenizer, std::move(chat_template), store, config));
-  s->control_texts_ = ControlTexts(tokenizer);
   KeywordTables(tokenizer, &s->fold_, &s->word_kind_);
+  s->windows_ = config.render_windows && TemplateRendersWindows(s->template_);
+  spdlog::info("chat template ({}): {}", s->template_.family(),
+               s->windows_ ? "turns after a session's latest reply render from a window of the conversation"
+                           : "every turn renders the whole conversation (the template is position-dependent)");
   if (store) {
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();
@@ -219,7 +222,7 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
   }
 
   // Keep the reply's tokens as far as they stand for the client's reply; tokenize the rest.
-  auto turn = AppendAfterReply(tok_, control_texts_, std::string_view(text).substr(0, prompt_size), prev,
+  auto turn = AppendAfterReply(tok_, std::string_view(text).substr(0, prompt_size), prev,
                                reply_tokens, reply_text, *a);
   if (!turn) return std::nullopt;
   plan.cut = prompt_end + turn->keep;
@@ -307,6 +310,9 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
 
   StartedTurn st;
   st.prompt_tokens = static_cast<int>(tokens.size());
+  if (!spec.prompt) st.window = std::make_shared<const TurnWindow>(WindowOfPrompt(spec.messages));
+  st.chain = spec.chain;
+  st.instructions = spec.instructions;
   // The engine may expire the chosen session (session TTL, max sessions) before the calls below
   // reach it: the turn then starts a new session with its whole context.
   auto gone = [&](int64_t s) { return !engine_.HasSession(s); };
@@ -363,6 +369,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       std::vector<TurnMark> marks;
       if (target >= 0 && plan != Plan::kNew && sessions_.count(target)) marks = MarksWithin(sessions_.at(target), lcp, new_text);
       Entry& e = sessions_[id];
+      UnlinkLocked(id, e);  // its latest turn changes
       e.owner = spec.owner;
       e.busy = true;
       e.version++;
@@ -414,6 +421,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
       store_truncate = it->second.store_truncate;
     }
   }
+  const std::string response_id = response ? response->id : std::string();
   std::vector<int32_t> commit_tokens;
   if (keep && store_) {
     if (t.fork_of) {
@@ -457,10 +465,22 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     e.version++;
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
+    UnlinkLocked(t.session, e);
     if (!e.text.empty() && t.prompt_tokens > r.log_begin) {  // a templated turn: remember where its reply is
       e.marks.push_back(TurnMark{static_cast<size_t>(t.prompt_tokens), e.tokens.size(), e.text.size(), r.text});
+      if (t.window && windows_) {  // the fast paths may continue it
+        e.window = t.window;
+        e.prompt_key = owner + '\n' + t.window->prompt_hash.Hex();
+        prompts_[e.prompt_key] = t.session;
+        if (t.chain && !response_id.empty()) {
+          e.response_key = owner + '\n' + response_id;
+          e.instructions = t.instructions;
+          responses_[e.response_key] = t.session;
+        }
+      }
     }
   } else if (t.new_session || t.fork_of || !unstored.empty()) {  // nothing of it reached the store: forget it
+    UnlinkLocked(t.session, e);
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);
     index_.Remove(t.session);
@@ -495,9 +515,32 @@ std::pair<int64_t, size_t> Service::BestSession(const std::string& owner, const 
   return BestSessionLocked(owner, tokens);
 }
 
+void Service::UnlinkLocked(int64_t id, Entry& e) {
+  auto drop = [id](std::unordered_map<std::string, int64_t>& m, std::string& key) {
+    if (key.empty()) return;
+    auto it = m.find(key);
+    if (it != m.end() && it->second == id) m.erase(it);
+    key.clear();
+  };
+  drop(prompts_, e.prompt_key);
+  drop(responses_, e.response_key);
+  e.window.reset();
+  e.instructions.reset();
+}
+
+void Service::ForgetResponses(const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, e] : sessions_) {
+    if (e.owner != owner || e.response_key.empty()) continue;
+    responses_.erase(e.response_key);
+    e.response_key.clear();
+  }
+}
+
 void Service::ForgetLocked(int64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
+  UnlinkLocked(id, it->second);
   if (!it->second.key.empty()) {
     auto k = keys_.find(it->second.owner + '\n' + it->second.key);
     if (k != keys_.end() && k->second == id) keys_.erase(k);
@@ -527,6 +570,7 @@ Status Service::DeleteSession(int64_t id, const std::string& owner) {
     auto it = sessions_.find(id);
     if (it == sessions_.end() || it->second.owner != owner) return MakeError(StatusCode::kNotFound, "unknown session");
     if (it->second.busy) return MakeError(StatusCode::kFailedPrecondition, "the session has a turn in progress");
+    UnlinkLocked(id, it->second);
     if (!it->second.key.empty()) keys_.erase(owner + '\n' + it->second.key);
     sessions_.erase(it);
     index_.Remove(id);

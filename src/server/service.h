@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -28,6 +29,7 @@
 #include "context/scoring.h"
 #include "server/api_error.h"
 #include "server/prefix_index.h"
+#include "server/turn_window.h"
 #include "engine/engine.h"
 #include "grammar/grammar_cache.h"
 #include "store/store.h"
@@ -78,6 +80,11 @@ struct TurnSpec {
   TurnRequest request;                // generation parameters; session and append are filled in
   ContextRequest context;             // selective context, off unless budget > 0
   std::vector<bool> pinned;           // per message: a turn holding a pinned message is kept
+  // Responses API: the turn continues (or starts) a previous_response_id chain, rendered with these
+  // instructions. The service then remembers the stored response it makes, so that the turn naming
+  // it next can skip the chain walk (StartAfterResponse).
+  bool chain = false;
+  std::optional<std::string> instructions;
 };
 
 struct StartedTurn {
@@ -89,6 +96,10 @@ struct StartedTurn {
   std::optional<int64_t> truncated_to;  // the session was truncated here first
   int prompt_tokens = 0;      // rendered context length
   ContextReport context;      // selective context, when applied
+  std::shared_ptr<const TurnWindow> window;  // the prompt's messages, summarised (chat turns)
+  bool chain = false;                        // TurnSpec::chain (and no context selection applied)
+  std::optional<std::string> instructions;   // TurnSpec::instructions
+  bool windowed = false;      // rendered from a window (tests: the whole history was not rendered)
 };
 
 struct ServiceConfig {
@@ -103,6 +114,7 @@ struct ServiceConfig {
   // vocabulary's ids, and their KV another model's. Responses and conversations stay and continue
   // from their text.
   uint64_t token_identity = 0;
+  bool render_windows = true;      // fast paths that render a window (turn_window.h), when the template allows
 };
 
 // The tables keyword relevance needs (context::ScoringOptions::fold and word_kind) for a
@@ -128,6 +140,18 @@ class Service {
   // Picks or makes the session and submits the turn (selecting turns first when the request, or
   // the server default, sets a context budget, or when truncation must shorten the context).
   ApiResult<StartedTurn> Start(TurnSpec spec);
+  // The Responses API's fast path: the turn after stored response `response_id` of spec.owner,
+  // spec.messages holding only the new input items' messages and spec.instructions the request's.
+  // Applies when the response is the latest turn of a live, idle session, made with the same
+  // instructions, no response deleted since, no selective context, and a template that renders
+  // windows (turn_window.h): renders the window around the reply and appends, without reading the
+  // chain. nullopt: not applicable (nothing changed): walk the chain and call Start. Otherwise the
+  // same turn (tokens, session, cached tokens) as Start with the whole history would give.
+  // Cost: O(the new turn), whatever the conversation's length.
+  std::optional<ApiResult<StartedTurn>> StartAfterResponse(TurnSpec spec, const std::string& response_id);
+  // A response was deleted: chains through it now end there, so no session of the owner stands
+  // for a chain any more (the next turns walk it).
+  void ForgetResponses(const std::string& owner);
   // Selective context: replaces spec.messages by the kept turns (and, in reuse mode, composes a
   // session from the cached KV and points spec.hint at it). Returns what was kept.
   ApiResult<ContextReport> SelectContext(TurnSpec& spec, double budget);
@@ -152,6 +176,15 @@ class Service {
 
  private:
   ApiResult<StartedTurn> StartRendered(TurnSpec spec);
+  // Continues session `source`'s latest turn, whose prompt summary is its Entry::window, with the
+  // reply and the new messages `more` (the shared part of both fast paths). nullopt: not
+  // applicable, nothing changed.
+  // client_reply: the reply message as the client sent it back (null: the session's own reply text).
+  std::optional<ApiResult<StartedTurn>> StartWindowed(TurnSpec& spec, int64_t source, const MessageHash& prompt_hash,
+                                                      const ChatMessage* client_reply, std::span<const ChatMessage> more);
+  // Stateless chat's fast path: the session whose latest prompt hashes as the messages before the
+  // request's last reply. Cost: hashing the history's bytes once, plus the new turn.
+  std::optional<ApiResult<StartedTurn>> StartResent(TurnSpec& spec);
   // The rendering of spec.messages (with the generation prompt) or the raw prompt.
   ApiResult<std::string> RenderText(const TurnSpec& spec) const;
   std::vector<int32_t> Encode(const TurnSpec& spec, const std::string& text) const;
@@ -189,7 +222,16 @@ class Service {
     std::optional<int64_t> store_truncate;  // the engine's log was cut here; the store's not yet
     std::string text;             // the rendering of the latest templated turn; "" when unknown
     std::vector<TurnMark> marks;  // templated turns whose text is a prefix of `text`, in log order
+    // The latest turn's prompt messages, summarised, when its mark is marks.back() (fast paths):
+    // found by prompt hash (prompts_), and by response (responses_) when it made a stored response
+    // of a previous_response_id chain.
+    std::shared_ptr<const TurnWindow> window;
+    std::string prompt_key;      // key in prompts_, or ""
+    std::string response_key;    // key in responses_, or ""
+    std::optional<std::string> instructions;  // that response's request instructions
   };
+  // Drops e's fast-path keys (prompts_, responses_) and window. Callers hold mu_.
+  void UnlinkLocked(int64_t id, Entry& e);
   // The marks of `e` that stay valid when its log is cut to n tokens and its text becomes `text`.
   static std::vector<TurnMark> MarksWithin(const Entry& e, size_t n, const std::string& text);
   // Brings index_ in step with sessions_[id] after its log or busy flag changed; the log's first
@@ -211,7 +253,6 @@ class Service {
   std::mutex ctx_mu_;
   std::unordered_map<std::string, std::shared_ptr<ContextState>> context_;
 
-  std::vector<std::string> control_texts_;  // where tokenization restarts (turn_append.h)
   std::vector<int32_t> fold_;      // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
   std::vector<int8_t> word_kind_;  // [vocab] 1 starts a word, 0 continues one, -1 in none (keyword relevance)
 
@@ -222,6 +263,9 @@ class Service {
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id
   std::unordered_map<std::string, int64_t> keys_;                   // owner + '\n' + key -> session
   PrefixIndex index_;  // sessions_' logs, owners and busy flags, for the longest-prefix match
+  std::unordered_map<std::string, int64_t> prompts_;    // owner + '\n' + prompt hash -> session (Entry::window)
+  std::unordered_map<std::string, int64_t> responses_;  // owner + '\n' + response id -> session
+  bool windows_ = false;  // the template renders windows (TemplateRendersWindows)
 };
 
 }  // namespace mnemo

@@ -68,24 +68,10 @@ ReplyMatch MatchReply(const Tokenizer& tok, int32_t prev, std::span<const int32_
   return ws;
 }
 
-std::vector<std::string> ControlTexts(const Tokenizer& tok) {
-  std::vector<std::string> out;
-  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    if (tok.IsControl(id) && !tok.TokenText(id).empty()) out.push_back(tok.TokenText(id));
-  }
-  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  return out;
-}
-
-std::optional<std::vector<int32_t>> ContinuationTokens(const Tokenizer& tok, const std::vector<std::string>& controls,
-                                                       std::string_view before, std::string_view rest) {
+std::optional<std::vector<int32_t>> ContinuationTokens(const Tokenizer& tok, std::string_view before,
+                                                       std::string_view rest) {
   if (rest.empty()) return std::vector<int32_t>{};
-  size_t start = 0;
-  for (const std::string& c : controls) {
-    const size_t k = before.rfind(c);
-    if (k != std::string_view::npos) start = std::max(start, k);
-  }
-  std::string run(before.substr(start));
+  std::string run(before.substr(tok.RestartPoint(before)));
   const std::vector<int32_t> head = tok.Encode(run, /*add_special=*/false, /*parse_special=*/true);
   run.append(rest);
   std::vector<int32_t> whole = tok.Encode(run, /*add_special=*/false, /*parse_special=*/true);
@@ -94,17 +80,19 @@ std::optional<std::vector<int32_t>> ContinuationTokens(const Tokenizer& tok, con
   return whole;
 }
 
-std::optional<AppendedTurn> AppendAfterReply(const Tokenizer& tok, const std::vector<std::string>& controls,
-                                             std::string_view prompt, int32_t prev,
+std::optional<AppendedTurn> AppendAfterReply(const Tokenizer& tok, std::string_view prompt, int32_t prev,
                                              std::span<const int32_t> reply_tokens, std::string_view reply_text,
                                              const ChatAppend& a) {
   AppendedTurn out;
   out.match = MatchReply(tok, prev, reply_tokens, reply_text, a);
+  // Only the prompt's text from its restart point on matters (Tokenizer::RestartPoint: the restart
+  // point of prompt + more text is at or after it, and lies at the same place in the suffix).
+  prompt.remove_prefix(tok.RestartPoint(prompt));
   std::string whole(prompt);
   whole += a.text();
   for (size_t used : {out.match.text_used, size_t{0}}) {
     const size_t split = prompt.size() + used;
-    auto tokens = ContinuationTokens(tok, controls, std::string_view(whole).substr(0, split),
+    auto tokens = ContinuationTokens(tok, std::string_view(whole).substr(0, split),
                                      std::string_view(whole).substr(split));
     if (tokens) {
       out.keep = used == out.match.text_used ? out.match.keep : 0;

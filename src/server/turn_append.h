@@ -18,8 +18,9 @@
 //     and control tokens after it are cut. Edited: the client changed the reply; the longest
 //     exactly aligned token prefix is kept (the caller forks there).
 //  2. ContinuationTokens tokenizes the rest of the text as it tokenizes inside the whole text:
-//     Encode(run + rest) minus Encode(run), where run is the text before it from its last control
-//     token on (tokenization restarts after a control token; see tests/chat/chat_tokens_test.cpp).
+//     Encode(run + rest) minus Encode(run), where run is the text before it from its restart point on
+//     (Tokenizer::RestartPoint: after a control token, see tests/chat/chat_tokens_test.cpp; for SPM
+//     vocabs also before a word).
 //     With generated tokens that are the canonical ones, log + appended == Encode(whole rendering).
 //
 // Thread safety: pure functions of their arguments.
@@ -53,15 +54,14 @@ struct ReplyMatch {
 ReplyMatch MatchReply(const Tokenizer& tok, int32_t prev, std::span<const int32_t> reply_tokens,
                       std::string_view reply_text, const ChatAppend& a);
 
-// The texts of the vocab's control tokens, longest first (where tokenization restarts).
-std::vector<std::string> ControlTexts(const Tokenizer& tok);
-
 // The tokens `rest` adds after `before` in the tokenization of before + rest (parse_special, no BOS
-// or EOS added): Encode(run + rest) minus Encode(run), run = `before` from its last control token
-// text on. nullopt when Encode(run) is not a prefix of Encode(run + rest) (the end of `before` is
-// not a token boundary of the whole text). Cost: tokenizing run + rest twice.
-std::optional<std::vector<int32_t>> ContinuationTokens(const Tokenizer& tok, const std::vector<std::string>& controls,
-                                                       std::string_view before, std::string_view rest);
+// or EOS added): Encode(run + rest) minus Encode(run), run = `before` from its restart point on
+// (Tokenizer::RestartPoint: the last control token text, or for SPM vocabs a word start).
+// nullopt when Encode(run) is not a prefix of Encode(run + rest) (the end of `before` is not a
+// token boundary of the whole text). Cost: tokenizing run + rest twice (run: one turn's text or
+// one word, not the history, when the template writes control tokens or the vocab restarts at words).
+std::optional<std::vector<int32_t>> ContinuationTokens(const Tokenizer& tok, std::string_view before,
+                                                       std::string_view rest);
 
 // The whole step for a turn that follows a reply: MatchReply, then ContinuationTokens for the text
 // after the kept tokens. When that text does not start at a token boundary (e.g. Llama 2's blank
@@ -72,8 +72,8 @@ struct AppendedTurn {
   size_t keep = 0;              // reply tokens kept: match.keep, or 0 after re-tokenizing the reply
   std::vector<int32_t> tokens;  // to append after them
 };
-std::optional<AppendedTurn> AppendAfterReply(const Tokenizer& tok, const std::vector<std::string>& controls,
-                                             std::string_view prompt, int32_t prev,
+// Cost: O(|a.text()| + reply) plus the prompt's text after its restart point.
+std::optional<AppendedTurn> AppendAfterReply(const Tokenizer& tok, std::string_view prompt, int32_t prev,
                                              std::span<const int32_t> reply_tokens, std::string_view reply_text,
                                              const ChatAppend& a);
 

@@ -92,6 +92,58 @@ Tokenizer::Tokenizer(const Vocab& vocab)
   is_eog_.assign(n, 0);
   if (eos_ >= 0) is_eog_[eos_] = 1;
   for (int32_t id : vocab.eog_ids) is_eog_[id] = 1;
+  for (int32_t id : special_ids_) {
+    if (types_[id] == TokenType::kControl) control_ids_.push_back(id);
+  }
+  // Word restarts (RestartPoint): SPM merges join adjacent symbols only into vocab tokens, so when
+  // no token has U+2581 after another character, no merge joins a non-space character and the
+  // "▁" after it. Special tokens are matched as text before merging: none may hold a space.
+  if (model_ == "llama") {
+    const std::string_view kEsc = "\xe2\x96\x81";
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; ++i) {
+      const std::string& t = tokens_[i];
+      for (size_t k = t.find(kEsc); k != std::string::npos && ok; k = t.find(kEsc, k + 1)) {
+        ok = k == 0 || (k >= kEsc.size() && t.compare(k - kEsc.size(), kEsc.size(), kEsc) == 0);
+      }
+    }
+    for (int32_t id : special_ids_) {
+      const std::string& t = tokens_[id];
+      ok = ok && t.find(' ') == std::string::npos && t.find(kEsc) == std::string::npos;
+    }
+    word_restarts_ = ok;
+  }
+}
+
+size_t Tokenizer::RestartPoint(std::string_view text) const {
+  size_t floor = 0;
+  if (word_restarts_) {
+    const std::string_view kEsc = "\xe2\x96\x81";
+    for (size_t i = text.size(); i-- > 1;) {
+      if (text[i] != ' ' || text[i - 1] == ' ') continue;
+      if (i >= kEsc.size() && text.compare(i - kEsc.size(), kEsc.size(), kEsc) == 0) continue;
+      bool special_ends_here = false;  // a special token then precedes the space: a run starts there
+      for (int32_t id : special_ids_) {
+        const std::string& s = tokens_[id];
+        if (s.size() <= i && text.compare(i - s.size(), s.size(), s) == 0) {
+          special_ends_here = true;
+          break;
+        }
+      }
+      if (special_ends_here) continue;
+      floor = i - 1;
+      break;
+    }
+  }
+  // A control text that starts before `floor` cannot reach past it (it would hold the space, or end
+  // right before it): only the tail needs searching.
+  const std::string_view tail = text.substr(floor);
+  size_t start = floor;
+  for (int32_t id : control_ids_) {
+    const size_t k = tail.rfind(tokens_[id]);
+    if (k != std::string_view::npos) start = std::max(start, floor + k);
+  }
+  return start;
 }
 
 TokenType Tokenizer::Type(int32_t id) const { return types_[id]; }

@@ -63,6 +63,23 @@ class Tokenizer {
   // U+2581 (which decodes as a space) and without special-token text when parsing it.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = true) const;
 
+  // Where tokenization restarts in `text` (parse_special on, no BOS / EOS added): a position p such
+  // that for every continuation y, Encode(text + y) and Encode(text[p..] + y) end in the same
+  // tokens after the part that text[0, p) and text[p..] tokenize to, i.e.
+  //   Encode(text[p..] + y) minus Encode(text[p..]) == Encode(text + y) minus Encode(text)
+  // (one is a prefix exactly when the other is). p is the later of
+  //  - the start of the last control-token text (tokenization restarts after a control token), and
+  //  - SPM vocabs whose tokens never hold U+2581 after another character, and whose special tokens
+  //    hold no space: one byte before the last ' ' that follows a non-space byte (not the end of a
+  //    U+2581 character, not the end of a special token's text). No merge can cross the start of
+  //    such a word ("c▁" is in no token), so what follows it tokenizes alone; the byte before it
+  //    keeps the dummy prefix that a run start gets away from the word.
+  // 0 when neither exists. Cost: SPM, O(bytes after p) (+ the special texts per candidate space);
+  // otherwise a backward search for each control text (O(|text|) when none occurs).
+  size_t RestartPoint(std::string_view text) const;
+  // Whether RestartPoint uses word starts (the SPM condition above holds for this vocab).
+  bool restarts_at_words() const { return word_restarts_; }
+
   int32_t bos() const { return bos_; }
   int32_t eos() const { return eos_; }
   int32_t unk() const { return unk_; }
@@ -102,6 +119,8 @@ class Tokenizer {
   bool add_bos_ = false;
   bool add_eos_ = false;
   bool add_space_prefix_ = false;  // SPM dummy prefix (also: strip one space when decoding)
+  bool word_restarts_ = false;     // RestartPoint may cut before a space-initial word (SPM only)
+  std::vector<int32_t> control_ids_;  // control tokens with text (RestartPoint)
 
  private:
   // Splits text at special-token occurrences (longest token texts first, as llama.cpp does).

@@ -88,7 +88,7 @@ ReplyMatch AppendTurn(const Tokenizer& tok, const ChatTemplate& tmpl, const std:
   auto a = tmpl.RenderAppend(history, n_old, true);
   EXPECT_TRUE(a.ok()) << a.error().message;
   if (!a.ok()) return {};
-  auto turn = AppendAfterReply(tok, ControlTexts(tok), s->text, s->log.back(), reply_tokens, reply_text, *a);
+  auto turn = AppendAfterReply(tok, s->text, s->log.back(), reply_tokens, reply_text, *a);
   s->text += a->text();
   if (!turn) {
     EXPECT_NE(retokenized, nullptr) << "no continuation: " << s->text;
@@ -280,16 +280,81 @@ TEST_F(FallbackSpm, AnEditedReplyKeepsOnlyTheAgreeingPrefix) {
 TEST(TurnAppend, ContinuationNeedsATokenBoundary) {
   auto tok = LoadVocab("ggml-vocab-llama-spm.gguf");
   ASSERT_TRUE(tok);
-  const auto controls = ControlTexts(*tok);
-  EXPECT_FALSE(ContinuationTokens(*tok, controls, "Say Hel", "lo").has_value());  // "▁Hel" | "lo" is "▁Hello"
-  auto ok = ContinuationTokens(*tok, controls, "Say hello.", " world");
+  EXPECT_FALSE(ContinuationTokens(*tok, "Say Hel", "lo").has_value());  // "▁Hel" | "lo" is "▁Hello"
+  auto ok = ContinuationTokens(*tok, "Say hello.", " world");
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(*ok, (Ids{tok->TokenId("\xE2\x96\x81" "world")}));
   // After a control token the run restarts: only the text from it on is tokenized.
-  auto after = ContinuationTokens(*tok, controls, "a long history</s><s>[INST] Hi [/INST]", " Yes");
+  auto after = ContinuationTokens(*tok, "a long history</s><s>[INST] Hi [/INST]", " Yes");
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(*after, (Ids{tok->TokenId("\xE2\x96\x81" "Yes")}));
-  EXPECT_TRUE(ContinuationTokens(*tok, controls, "x", "")->empty());
+  EXPECT_TRUE(ContinuationTokens(*tok, "x", "")->empty());
+}
+
+// The tokens text + y adds after text, with the run taken from the start (no restart point): the
+// definition RestartPoint must agree with.
+std::optional<Ids> ContinuationFromStart(const Tokenizer& tok, const std::string& text, const std::string& y) {
+  const Ids head = tok.Encode(text, false, true);
+  Ids whole = tok.Encode(text + y, false, true);
+  if (whole.size() < head.size() || !std::equal(head.begin(), head.end(), whole.begin())) return std::nullopt;
+  whole.erase(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(head.size()));
+  return whole;
+}
+
+// Property: the restart point changes nothing. Random ChatML-like conversations on the Llama 2 vocab
+// (whose vocab has no ChatML control tokens: before word restarts, the run was the whole history)
+// and the Llama 2 markup, with spaces in runs, U+2581 literals, control tokens, byte-fallback text,
+// cut at random places: ContinuationTokens (run from RestartPoint) equals the tokenization of the
+// whole text. And the restart point of a long history lies near its end.
+TEST(TurnAppend, RestartPointsNeverChangeTheContinuation) {
+  auto tok = LoadVocab("ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(tok);
+  EXPECT_TRUE(tok->restarts_at_words());
+  Rng rng(7);
+  static const char* const kPieces[] = {"<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n", " ", "  ",
+                                        "</s>", "<s>", "[INST] ", " [/INST]", "\xE2\x96\x81", "\xE2\x96\x81 ", "\n"};
+  int cases = 0, restarted = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    std::string text;
+    const int n = 2 + static_cast<int>(rng.Next() % 12);
+    for (int i = 0; i < n; ++i) {
+      text += rng.Next() % 2 ? RandomText(rng) : kPieces[rng.Next() % (sizeof(kPieces) / sizeof(kPieces[0]))];
+    }
+    const size_t cut = 1 + rng.Next() % text.size();
+    const std::string before = text.substr(0, cut), rest = text.substr(cut);
+    const size_t p = tok->RestartPoint(before);
+    ASSERT_LE(p, before.size());
+    restarted += p > 0;
+    ++cases;
+    const auto fast = ContinuationTokens(*tok, before, rest);
+    const auto slow = ContinuationFromStart(*tok, before, rest);
+    ASSERT_EQ(fast.has_value(), slow.has_value()) << "before: '" << before << "' rest: '" << rest << "'";
+    if (fast) {
+      EXPECT_EQ(*fast, *slow) << "before: '" << before << "' rest: '" << rest << "'";
+    }
+  }
+  EXPECT_GT(restarted, cases / 2);  // the property was tested with restart points, not only from 0
+  std::string history;
+  for (int i = 0; i < 2000; ++i) history += "<|im_start|>user\nTell me about item " + std::to_string(i) + ".<|im_end|>\n";
+  history += "<|im_start|>assistant\n";
+  EXPECT_GT(tok->RestartPoint(history), history.size() - 60);
+}
+
+// A vocab with a token that joins a character and the "▁" after it gets no word restarts.
+TEST(TurnAppend, NoWordRestartsWhenATokenCrossesAWordStart) {
+  Vocab v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>", "a", "\xE2\x96\x81", "a\xE2\x96\x81"};
+  v.types = {2, 3, 3, 1, 1, 1};
+  v.scores = {0, 0, 0, -1, -1, -2};
+  v.unk = 0;
+  v.bos = 1;
+  v.eos = 2;
+  auto tok = Tokenizer::Create(v);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  EXPECT_FALSE((*tok)->restarts_at_words());
+  EXPECT_EQ((*tok)->RestartPoint("a a a"), 0u);
+  EXPECT_EQ((*tok)->RestartPoint("a</s>a a"), 1u);  // the control token still restarts the run
 }
 
 }  // namespace
