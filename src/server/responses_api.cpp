@@ -2,6 +2,7 @@
 // streaming events) and /v1/conversations with their items.
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <set>
 
 #include "server/api_server.h"
@@ -32,7 +33,11 @@ std::optional<std::string> PartsText(const Json& content) {
 // `param` names the member in errors ("input", or "items" on the Conversations API). Other
 // members of an item (status, a part's annotations: what clients pass back from an output) are
 // accepted and not kept.
-std::variant<Json, ApiError> InputItems(const Json& input, const std::string& param) {
+// An item_reference {"type": "item_reference", "id": ...} is replaced by the stored item `resolve`
+// returns (only on /v1/responses; elsewhere it is a 400).
+using ItemResolver = std::function<std::variant<Json, ApiError>(const std::string& id, const std::string& param)>;
+std::variant<Json, ApiError> InputItems(const Json& input, const std::string& param,
+                                        const ItemResolver& resolve = nullptr) {
   Json items = Json::array();
   if (input.is_string()) {
     items.push_back({{"type", "message"}, {"role", "user"},
@@ -48,6 +53,13 @@ std::variant<Json, ApiError> InputItems(const Json& input, const std::string& pa
         }
       }
       const std::string type = http::Absent(it, "type") ? "message" : it["type"].get<std::string>();
+      if (type == "item_reference" && resolve) {
+        if (http::Absent(it, "id")) return http::BadRequest(p + ".id must be a string", p + ".id", "invalid_type");
+        auto got = resolve(it["id"].get<std::string>(), p + ".id");
+        if (auto* e = std::get_if<ApiError>(&got)) return *e;
+        items.push_back(std::move(std::get<Json>(got)));
+        continue;
+      }
       if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p + ".type", "unsupported_value");
       if (http::Absent(it, "role")) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
       const std::string role = it["role"].get<std::string>();
@@ -207,7 +219,27 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   if (Absent(body, "input")) {
     return SendError(res, BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
   }
-  auto items_v = InputItems(body["input"], "input");
+  // An output item's id names its response (msg_<r> is in resp_<r>, see msg_id below): a reference
+  // to it is one primary-key lookup, owner-checked, whatever the number of stored responses.
+  ItemResolver resolve = [store, &owner](const std::string& id, const std::string& p) -> std::variant<Json, ApiError> {
+    ApiError missing{404, "invalid_request_error", "Item with id '" + id.substr(0, 80) + "' not found.", p,
+                     "item_not_found"};
+    const size_t cut = id.find('_');
+    if (cut == std::string::npos || id.compare(0, cut, "msg") != 0 || !store) return missing;
+    auto r = store->GetResponse("resp_" + id.substr(cut + 1), owner);
+    if (!r.ok()) return StoreFailure(r.error());
+    if (!r->has_value()) return missing;
+    Json output = Json::parse((*r)->output_json, nullptr, false);
+    if (!output.is_array()) return missing;
+    for (const Json& item : output) {
+      if (!item.is_object() || http::ValueOr(item, "id", "") != id) continue;
+      Json copy = item;
+      copy.erase("status");  // stored as an input item: a message with its content parts
+      return copy;
+    }
+    return missing;
+  };
+  auto items_v = InputItems(body["input"], "input", resolve);
   if (auto* e = std::get_if<ApiError>(&items_v)) return SendError(res, *e);
   Json input_items = std::get<Json>(items_v);
   const bool store_it = BoolOr(body, "store", true);
@@ -350,7 +382,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   sr.conversation_id = conv_id;
   sr.request_json = body.dump();
   sr.input_items_json = input_items.dump();
-  const std::string msg_id = NewId("msg_");
+  const std::string msg_id = "msg_" + sr.id.substr(sr.id.find('_') + 1);  // see `resolve` above
 
   // Finishes the response: commits the turn, the response row and conversation items at once.
   auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner](const TurnResult& r) mutable

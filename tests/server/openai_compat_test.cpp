@@ -157,6 +157,34 @@ TEST_F(OpenAiCompat, LogitBiasSteersSampling) {
   EXPECT_EQ(n, 6) << "'" << out << "' should be six times '" << piece << "'";
 }
 
+// The AI SDK's Responses loop sends earlier outputs back as {"type": "item_reference", "id": ...}.
+TEST_F(OpenAiCompat, ItemReferencesResolveToTheStoredOutputItem) {
+  const std::string q1 = "Once upon a time", q2 = "What happened next?";
+  Json r1 = Post("/v1/responses", {{"input", q1}, {"max_output_tokens", 8}, {"temperature", 0}}, 200);
+  ASSERT_TRUE(r1.is_object());
+  const Json out = r1["output"][0];
+  auto text = [](const Json& r) { return r.is_object() ? r["output"][0]["content"][0]["text"].get<std::string>() : ""; };
+  Json by_ref = Post("/v1/responses",
+                     {{"input", {{{"role", "user"}, {"content", q1}}, {{"type", "item_reference"}, {"id", out["id"]}},
+                                 {{"role", "user"}, {"content", q2}}}},
+                      {"max_output_tokens", 8}, {"temperature", 0}, {"store", false}},
+                     200);
+  Json by_text = Post("/v1/responses",
+                      {{"input", {{{"role", "user"}, {"content", q1}}, {{"role", "assistant"}, {"content", text(r1)}},
+                                  {{"role", "user"}, {"content", q2}}}},
+                       {"max_output_tokens", 8}, {"temperature", 0}, {"store", false}},
+                      200);
+  EXPECT_EQ(text(by_ref), text(by_text));
+  EXPECT_EQ(by_ref["usage"]["input_tokens"], by_text["usage"]["input_tokens"]);
+  for (const std::string bad : {"msg_doesnotexist", "rs_abc", "nounderscore"}) {
+    Json e = Post("/v1/responses", {{"input", {{{"type", "item_reference"}, {"id", bad}}}}}, 404);
+    if (e.is_object()) {
+      EXPECT_EQ(e["error"]["code"], "item_not_found");
+      EXPECT_EQ(e["error"]["param"], "input[0].id");
+    }
+  }
+}
+
 TEST_F(OpenAiCompat, RetrievesTheModelById) {
   auto c = Client();
   auto list = c.Get("/v1/models");
