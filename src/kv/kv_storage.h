@@ -25,6 +25,8 @@ struct KvShape {
   size_t BlockBytes() const { return LayerBlockBytes() * n_layers; }
 };
 
+// Contents start zero. Memory is committed lazily: a block's pages become resident when first
+// touched, so a large pool costs nothing until used.
 class KvStorage {
  public:
   KvStorage(const KvShape& shape, int32_t n_blocks);
@@ -44,12 +46,15 @@ class KvStorage {
   }
 
  private:
-  struct FreeDeleter {
+  struct Unmap {
+    size_t bytes = 0;
     void operator()(void* p) const;
   };
   KvShape shape_;
   int32_t n_blocks_;
-  std::vector<std::unique_ptr<void, FreeDeleter>> layers_;  // [n_layers] 64-byte aligned arrays
+  // [n_layers] page-aligned anonymous mappings, zero until written; pages become resident on
+  // first touch (construction is O(n_layers), not O(bytes))
+  std::vector<std::unique_ptr<void, Unmap>> layers_;
 };
 
 }  // namespace mnemo
