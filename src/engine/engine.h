@@ -32,6 +32,8 @@
 
 namespace mnemo {
 
+struct StepPlan;  // engine/scheduler.h
+
 struct EngineConfig {
   DType kv_dtype = DType::BF16;      // KV element type (F32 for exact results)
   double t0_mb = 256;                // compute-tier KV pool
@@ -155,6 +157,7 @@ class Engine {
  private:
   struct Running;
   struct Composition;
+  class Copies;  // step.cpp: the scheduler's CopyWaiter over transfer_
   explicit Engine(Model& model, const Tokenizer& tokenizer, const EngineConfig& config);
   // Runs fn on the engine thread and waits for it. False (fn not run) once the thread has exited.
   bool Call(const std::function<void()>& fn);
@@ -167,10 +170,12 @@ class Engine {
   // Scheduling pieces (step.cpp).
   void PollTransfers();
   void SubmitTransfers();
-  void Admit(double now);
-  void Schedule(double now);
+  // Plans the step (scheduler.h: growth, suspensions, admissions, the batch) and applies its
+  // decisions to the turn lists; RunBatch executes the batch and applies the outputs.
+  StepPlan Schedule(double now);
+  void RunBatch(const StepPlan& plan);
   void Finish(Running& r, FinishReason reason, double now);
-  void Suspend(Running& r, double now);
+  void Suspend(Running& r);
   bool EmitToken(Running& r, int32_t id, double now);
   void ExpireSessions(double now);
   void FlushToDisk();
@@ -206,12 +211,13 @@ class Engine {
   std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first
   std::vector<float> logits_;
   std::vector<TransferOp> transfer_group_ops_;  // swap-ins of turns admitted this step
+  std::vector<Running*> plan_turns_;  // the step plan's turns by index: running ones, then admissions
   bool disk_scanned_ = false;
   std::unordered_map<SessionId, std::vector<DiskTier::Entry>> disk_index_;  // disk slots by session, until restored
   EngineStats stats_;
   double last_expiry_ = 0;
   std::unique_ptr<StepCostFit> cost_fit_;  // step timings -> Cost(s, l) (cost_fit.h)
-  double last_waiting_touch_ = -1;         // when Admit last marked queued sessions active
+  double last_waiting_touch_ = -1;         // when Schedule last marked queued sessions active
   bool policy_calibrated_ = false;         // the policy prices chunks with the fit (not the FLOP prior)
 
   // Shared with other threads.

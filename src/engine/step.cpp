@@ -6,6 +6,7 @@
 #include "engine/batch_plan.h"
 #include "engine/engine.h"
 #include "engine/running.h"
+#include "engine/scheduler.h"
 
 namespace mnemo {
 
@@ -13,13 +14,28 @@ void Engine::Step() {
   const double now = Now();
   PollTransfers();
   if (now - last_expiry_ > 1.0) ExpireSessions(now);
-  Admit(now);
-  AdvanceCompositions(now);  // after Admit: its kLater is the want the upkeep below serves
-  Schedule(Now());
+  const StepPlan plan = Schedule(now);
+  AdvanceCompositions(now);  // after admission: its kLater is the want the upkeep below serves
+  RunBatch(plan);
   // Keep some T0 free ahead of need (demotions run in the background), then start the copies.
   cache_->Maintain(cache_->capacity(Tier::kT0) - cache_->admission_blocks(), Now());
   SubmitTransfers();
 }
+
+// The scheduler's view of the engine's copies in flight (scheduler.h).
+class Engine::Copies final : public CopyWaiter {
+ public:
+  explicit Copies(Engine& e) : e_(e) {}
+  void Poll() override { e_.PollTransfers(); }
+  void WaitFor(std::span<const uint64_t> ops) override {
+    e_.SubmitTransfers();
+    e_.transfer_->WaitFor(ops);
+    e_.PollTransfers();
+  }
+
+ private:
+  Engine& e_;
+};
 
 void Engine::PollTransfers() {
   for (const auto& [id, ok] : transfer_->TakeCompleted()) {
@@ -71,73 +87,89 @@ void Engine::SubmitTransfers() {
   transfer_->Submit(ops, ids);
 }
 
-void Engine::Admit(double now) {
-  // First come, first served, except that a turn whose session a composition reads (it holds or
-  // will hold the session) is passed over until the composition ends.
-  size_t i = 0;
-  while (i < waiting_.size() && static_cast<int>(running_.size()) < config_.max_running) {
-    Running& r = *waiting_[i];
-    if (r.handle->cancelled()) {
-      Finish(r, FinishReason::kCancelled, now);
+StepPlan Engine::Schedule(double now) {
+  // Cancelled turns leave the queue before anything is planned for them.
+  for (size_t i = 0; i < waiting_.size();) {
+    if (waiting_[i]->handle->cancelled()) {
+      Finish(*waiting_[i], FinishReason::kCancelled, now);
       waiting_.erase(waiting_.begin() + i);
-      continue;
-    }
-    if (r.session->composing) {
+    } else {
       i++;
-      continue;
     }
-    const SessionId sid = r.session->id;
-    const int kv_before = cache_->kv_tokens(sid);
-    CacheManager::Acquired a;
-    Admission ad = cache_->Acquire(sid, static_cast<int>(r.seq.size()), now, &a);
-    if (ad == Admission::kLater) break;  // first come, first served
-    if (ad == Admission::kImpossible) {
-      r.result.error = MakeError(StatusCode::kOutOfRange,
-                                 "the context of %zu tokens does not fit in the KV cache (%d tokens can be admitted)",
-                                 r.seq.size(), cache_->admission_blocks() * kBlockTokens);
-      spdlog::info("session {}: turn refused: {}", sid, r.result.error.message);
-      Finish(r, r.result.tokens.empty() ? FinishReason::kError : FinishReason::kLength, now);
-      waiting_.erase(waiting_.begin() + i);
-      continue;
-    }
+  }
+  std::vector<RunningTurn> running;
+  for (const auto& r : running_) {
+    RunningTurn t;
+    t.session = r->session->id;
+    t.order = r->order;
+    t.n_tokens = static_cast<int>(r->seq.size());
+    t.decoding = r->decoding();
+    t.pending = std::span<const int32_t>(r->queries).subspan(r->next_query);
+    t.table = r->table;
+    running.push_back(t);
+  }
+  std::vector<WaitingTurn> waiting;
+  for (const auto& w : waiting_) {
+    const Running& r = *w;
+    waiting.push_back(WaitingTurn{r.session->id, static_cast<int>(r.seq.size()), r.session->composing > 0});
+  }
+  Copies copies(*this);
+  StepPlan plan = ScheduleStep(*cache_, running, waiting,
+                               ScheduleLimits{config_.max_batch_tokens, config_.max_running}, now, copies);
+
+  // Apply: the plan's turns are running_ [0, R) and then its admissions; plan_turns_ maps them.
+  plan_turns_.clear();
+  for (const auto& r : running_) plan_turns_.push_back(r.get());
+  uint64_t next_order = stats_.steps * 1000000 + running_.size();
+  for (const PlannedAdmission& pa : plan.admitted) {
+    Running& r = *waiting_[pa.waiting];
     r.admitted = true;
-    r.order = stats_.steps * 1000000 + running_.size();
-    r.table = std::move(a.block_table);
-    r.queries.clear();
+    r.order = next_order++;
+    r.table = pa.table;
+    r.queries = pa.queries;
     r.next_query = 0;
-    int recomputed = 0;
-    for (int c : a.recompute) {
-      for (int p = c * kBlockTokens; p < std::min((c + 1) * kBlockTokens, kv_before); p++) {
-        r.queries.push_back(p);
-        recomputed++;
-      }
-    }
-    r.n_recompute = r.queries.size();  // ascending: the recomputed history comes first
-    r.result.recomputed_positions += recomputed;
-    for (size_t i = 0; i < r.n_recompute; i++) r.result.recomputed_pairs += r.queries[i] + 1;
-    for (int p = kv_before; p < static_cast<int>(r.seq.size()); p++) r.queries.push_back(p);
-    // Everything is cached (e.g. a regenerated reply): feed the last position again for its logits.
-    if (r.queries.empty() || r.queries.back() != static_cast<int>(r.seq.size()) - 1) {
-      r.queries.push_back(static_cast<int>(r.seq.size()) - 1);
-    }
+    r.n_recompute = pa.n_recompute;
     r.tail_unfed = false;
-    transfer_group_ops_.insert(transfer_group_ops_.end(), a.swap_ins.begin(), a.swap_ins.end());
-    TokenSources src{a.hit_tokens[0], a.hit_tokens[1], a.hit_tokens[2], recomputed,
-                     static_cast<int64_t>(r.seq.size()) - kv_before};
+    r.result.recomputed_positions += pa.n_recompute;
+    r.result.recomputed_pairs += pa.recompute_pairs;
     if (!r.counted) {
       r.counted = true;
-      r.result.sources = src;
+      r.result.sources = pa.sources;
       r.result.prompt_tokens = r.prompt_len;
       r.result.queue_seconds = now - r.submitted;
     }
-    stats_.sources.t0 += src.t0;
-    stats_.sources.t1 += src.t1;
-    stats_.sources.t2 += src.t2;
-    stats_.sources.recomputed += src.recomputed;
-    stats_.sources.fresh += src.fresh;
-    running_.push_back(std::move(waiting_[i]));
-    waiting_.erase(waiting_.begin() + i);
+    stats_.sources.t0 += pa.sources.t0;
+    stats_.sources.t1 += pa.sources.t1;
+    stats_.sources.t2 += pa.sources.t2;
+    stats_.sources.recomputed += pa.sources.recomputed;
+    stats_.sources.fresh += pa.sources.fresh;
+    plan_turns_.push_back(&r);
   }
+  transfer_group_ops_.insert(transfer_group_ops_.end(), plan.swap_ins.begin(), plan.swap_ins.end());
+  for (int w : plan.refused) {
+    Running& r = *waiting_[w];
+    r.result.error = MakeError(StatusCode::kOutOfRange,
+                               "the context of %zu tokens does not fit in the KV cache (%d tokens can be admitted)",
+                               r.seq.size(), cache_->admission_blocks() * kBlockTokens);
+    spdlog::info("session {}: turn refused: {}", r.session->id, r.result.error.message);
+    Finish(r, r.result.tokens.empty() ? FinishReason::kError : FinishReason::kLength, now);
+  }
+  // The lists: admissions join the running ones, refusals leave, suspensions queue at the head.
+  std::vector<bool> leaves(waiting_.size(), false);
+  for (const PlannedAdmission& pa : plan.admitted) leaves[pa.waiting] = true;
+  for (int w : plan.refused) leaves[w] = true;
+  std::deque<std::unique_ptr<Running>> still_waiting;
+  for (size_t i = 0; i < waiting_.size(); i++) {
+    if (!leaves[i]) still_waiting.push_back(std::move(waiting_[i]));
+  }
+  for (const PlannedAdmission& pa : plan.admitted) running_.push_back(std::move(waiting_[pa.waiting]));
+  for (int v : plan.suspended) {
+    Suspend(*running_[v]);
+    still_waiting.push_front(std::move(running_[v]));
+  }
+  waiting_ = std::move(still_waiting);
+  running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
+
   // The sessions of queued turns are about to be read: keep them from looking idle, or they
   // become the policy's first victims exactly while they wait (the longer the queue, the more
   // idle they look), and are recomputed at admission. Measured on llama-25m, 16 conversations of
@@ -147,6 +179,7 @@ void Engine::Admit(double now) {
     for (const auto& w : waiting_) cache_->MarkActive(w->session->id, now);
     last_waiting_touch_ = now;
   }
+  return plan;
 }
 
 void Engine::Calibrate(const StepSample& s) {
@@ -178,10 +211,10 @@ void Engine::Calibrate(const StepSample& s) {
                p.per_pair > 0 ? p.per_token / p.per_pair : 0.0, p.step * 1e6, p.per_row * 1e6, cost_fit_->rel_rms());
 }
 
-void Engine::Suspend(Running& r, double now) {
+// The cache manager has demoted its KV (ScheduleStep); the turn goes back to the queue.
+void Engine::Suspend(Running& r) {
   spdlog::info("session {}: turn suspended for memory after {} generated tokens ({} turns running, {} waiting)",
                r.session->id, r.result.tokens.size(), running_.size(), waiting_.size());
-  cache_->Suspend(r.session->id, r.kv_valid(), now);
   r.admitted = false;
   r.table.clear();
   r.queries.clear();
@@ -190,52 +223,8 @@ void Engine::Suspend(Running& r, double now) {
   stats_.suspensions++;
 }
 
-void Engine::Schedule(double now) {
-  if (running_.empty()) return;
-  // Blocks for the decodes' next positions; when T0 is out of them, suspend the youngest turn.
-  for (bool retry = true; retry;) {
-    retry = false;
-    for (auto& r : running_) {
-      if (!r->decoding()) continue;
-      const int need = static_cast<int>(r->seq.size());
-      if (cache_->Grow(r->session->id, need, &r->table)) continue;
-      PollTransfers();  // demotions that finished free blocks
-      if (cache_->Grow(r->session->id, need, &r->table)) continue;
-      // Blocks are on their way (demotions Grow started or counts): wait for them rather than
-      // suspend a turn, whose KV would be demoted too and swapped back in later. A T0 -> T1 copy
-      // takes microseconds a block; the wait is bounded by the copies queued before it.
-      if (cache_->t0_blocks_freeing() > 0) {
-        transfer_->WaitIdle();
-        PollTransfers();
-        if (cache_->Grow(r->session->id, need, &r->table)) continue;
-      }
-      std::vector<uint64_t> order;
-      std::unique_ptr<bool[]> decoding(new bool[running_.size()]);
-      for (size_t i = 0; i < running_.size(); i++) {
-        order.push_back(running_[i]->order);
-        decoding[i] = running_[i]->decoding();
-      }
-      const int v = PickSuspension(order, std::span<const bool>(decoding.get(), running_.size()));
-      MNEMO_CHECK(v >= 0);  // r itself decodes
-      auto youngest = running_.begin() + v;
-      Running& victim = **youngest;
-      Suspend(victim, now);
-      SubmitTransfers();
-      waiting_.push_front(std::move(*youngest));
-      running_.erase(youngest);
-      retry = true;
-      break;
-    }
-  }
-  if (running_.empty()) return;
-
-  // Plan (batch_plan.h: every decode one token, then prefill chunks FCFS within the token
-  // budget), then build the batch the plan names.
-  std::vector<PlanInput> inputs;
-  for (const auto& r : running_) {
-    inputs.push_back(PlanInput{r->decoding(), static_cast<int>(r->queries.size() - r->next_query)});
-  }
-  const BatchPlan plan = PlanBatch(inputs, config_.max_batch_tokens);
+void Engine::RunBatch(const StepPlan& plan) {
+  if (plan.seqs.empty()) return;
   Batch batch;
   std::vector<Running*> sampled;  // entries whose logits row is sampled, in row order
   std::vector<int32_t> toks;
@@ -251,34 +240,31 @@ void Engine::Schedule(double now) {
   };
   std::vector<Share> shares;
   double step_cost = 0;
-  for (const PlannedSeq& ps : plan.seqs) {
-    Running& r = *running_[ps.turn];
+  for (const StepSeq& ps : plan.seqs) {
+    Running& r = *plan_turns_[ps.turn];
+    const int count = static_cast<int>(ps.positions.size());
     double recompute_cost = 0;
-    if (inputs[ps.turn].decoding) {
-      const int32_t pos = static_cast<int32_t>(r.seq.size()) - 1;
-      int i = batch.Add(&r.seq[pos], &pos, 1, false);
-      batch.seqs[i].block_table = r.table;
-      batch.seqs[i].n_ctx = pos + 1;
-      shape.pairs += pos + 1;
-      step_cost += cp.per_token + cp.per_pair * (pos + 1);
-    } else {
-      const int32_t* pos = r.queries.data() + r.next_query + ps.begin;
-      toks.resize(ps.count);
-      for (int j = 0; j < ps.count; j++) {
-        toks[j] = r.seq[pos[j]];
-        const double c = cp.per_token + cp.per_pair * (pos[j] + 1);
-        step_cost += c;
-        shape.pairs += pos[j] + 1;
-        if (r.next_query + ps.begin + j < r.n_recompute) recompute_cost += c;
+    r.table = ps.table;  // a decode's grows by a block at each chunk boundary
+    toks.resize(count);
+    const bool decode = r.decoding();
+    for (int j = 0; j < count; j++) {
+      const int32_t p = ps.positions[j];
+      toks[j] = r.seq[p];
+      const double c = cp.per_token + cp.per_pair * (p + 1);
+      step_cost += c;
+      shape.pairs += p + 1;
+      if (!decode) {  // the plan feeds the turn's pending positions in order
+        MNEMO_CHECK(r.next_query < r.queries.size() && r.queries[r.next_query] == p);
+        if (r.next_query < r.n_recompute) recompute_cost += c;
+        r.next_query++;
       }
-      int i = batch.Add(toks.data(), pos, ps.count, false);
-      batch.seqs[i].block_table = r.table;
-      batch.seqs[i].n_ctx = pos[ps.count - 1] + 1;
-      batch.seqs[i].logits = ps.sample;
-      r.next_query += ps.count;
-      prefill_tokens += ps.count;
     }
-    shape.tokens += ps.count;
+    int i = batch.Add(toks.data(), ps.positions.data(), count, false);
+    batch.seqs[i].block_table = ps.table;
+    batch.seqs[i].n_ctx = ps.positions.back() + 1;
+    batch.seqs[i].logits = ps.sample;
+    if (!decode) prefill_tokens += count;
+    shape.tokens += count;
     if (ps.sample) {
       sampled.push_back(&r);
       shape.sampled++;

@@ -494,6 +494,16 @@ int CacheManager::PendingDemotions() const {
   return n;
 }
 
+std::vector<uint64_t> CacheManager::T0FreeingOps() const {
+  std::vector<uint64_t> ops;
+  for (const auto& [id, f] : in_flight_) {
+    const ChunkRec& c = recs_[f.rec];
+    if (c.state == ChunkState::kDemoting && c.tier == Tier::kT0 && c.pins == 0) ops.push_back(id);
+  }
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
 Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired* out) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired && n_tokens >= S.kv_tokens);

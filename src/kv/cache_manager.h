@@ -158,6 +158,9 @@ class CacheManager {
   // T0 blocks that demotions in flight will free when they land (not revived, not pinned).
   // O(transfers in flight).
   int t0_blocks_freeing() const { return PendingDemotions(); }
+  // The transfers t0_blocks_freeing() counts, by id (oldest first): a caller lacking k blocks
+  // waits for the first k of them, not for every copy queued. O(transfers in flight).
+  std::vector<uint64_t> T0FreeingOps() const;
   // Unpins s. kv_tokens positions now hold valid KV (blocks past them are freed). kv_tokens may
   // end inside a shared chunk that s was recomputing when it stopped (a suspension): s keeps the
   // positions it computed in a chunk of its own, and the other owners recompute that chunk.

@@ -58,6 +58,7 @@ std::shared_ptr<SwapInGroup> TransferEngine::SubmitSwapIns(const std::vector<Tra
   {
     std::lock_guard<std::mutex> lock(mu_);
     groups_.push_back(g);
+    for (const TransferOp& op : ops) unfinished_.insert(op.id);
   }
   cv_.notify_all();
   return g;
@@ -67,7 +68,10 @@ void TransferEngine::Submit(const std::vector<TransferOp>& ops, const std::vecto
   if (ops.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < ops.size(); i++) jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}, nullptr});
+    for (size_t i = 0; i < ops.size(); i++) {
+      jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}, nullptr});
+      unfinished_.insert(ops[i].id);
+    }
   }
   cv_.notify_all();
 }
@@ -93,6 +97,16 @@ std::vector<std::pair<uint64_t, bool>> TransferEngine::TakeCompleted() {
 void TransferEngine::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_cv_.wait(lock, [&] { return groups_.empty() && jobs_.empty() && busy_ == 0; });
+}
+
+void TransferEngine::WaitFor(std::span<const uint64_t> op_ids) {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] {
+    for (uint64_t id : op_ids) {
+      if (unfinished_.count(id)) return false;
+    }
+    return true;
+  });
 }
 
 TransferStats TransferEngine::stats() const {
@@ -134,6 +148,7 @@ void TransferEngine::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       completed_.insert(completed_.end(), done.begin(), done.end());
+      for (const auto& d : done) unfinished_.erase(d.first);
       busy_--;
     }
     idle_cv_.notify_all();

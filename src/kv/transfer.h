@@ -19,7 +19,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -109,6 +111,9 @@ class TransferEngine {
   std::shared_ptr<TransferTask> SubmitTask(std::function<bool()> fn);
   // Blocks until every submitted op and task has finished.
   void WaitIdle();
+  // Blocks until the ops named (submitted by Submit or SubmitSwapIns; ids of ops never submitted
+  // or already finished are ignored) have finished, not the copies queued behind them.
+  void WaitFor(std::span<const uint64_t> op_ids);
   // fn runs on the transfer thread after each batch of finished ops is ready for TakeCompleted
   // (e.g. to wake the engine thread). Set it before submitting anything; it must not call back
   // into this engine.
@@ -141,6 +146,7 @@ class TransferEngine {
   std::deque<Job> jobs_;
   std::vector<std::pair<uint64_t, bool>> completed_;
   int busy_ = 0;  // items taken off the queues but not finished
+  std::unordered_set<uint64_t> unfinished_;  // ids of submitted ops not finished yet
   bool stop_ = false;
   TransferStats stats_;
   std::function<void()> listener_;  // set before the first op, then read by the transfer thread only
