@@ -114,6 +114,11 @@ void RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   f->runtime.log_level = "info";
   f->engine.t0_mb = f->engine.t1_mb = f->engine.t2_mb = -1;  // sized from the machine unless given
+  // Load shedding is on by default: at most 32 turns wait (with the default 64 running, 96 turns in
+  // flight stay below the 128 HTTP threads, so the 429 can fire before the threads run out), and
+  // none waits past 5 s (a client gets a 429 and a Retry-After instead).
+  f->engine.max_waiting = 32;
+  f->engine.max_queue_ms = 5000;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible stateful HTTP server");
   cmd->add_option("--model", f->model, "model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");

@@ -31,7 +31,8 @@ struct EngineFlags {
   std::string cache = "on";
   int max_batch_tokens = 512;
   int max_running = 64;
-  int max_waiting = 1024;
+  int max_waiting = 1024;  // serve: 32
+  double max_queue_ms = 0;  // serve: 5000
   int max_context = 0;
   double session_ttl_s = 0;
   int max_sessions = 0;

@@ -46,8 +46,13 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--max-batch-tokens", f->max_batch_tokens, "tokens per forward step")->check(CLI::PositiveNumber);
   cmd->add_option("--max-running", f->max_running, "turns in the batch at once")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-waiting", f->max_waiting, "turns queued or running before new ones get 429")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-waiting", f->max_waiting, "turns waiting for admission (not running) before new ones get 429")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-queue-ms", f->max_queue_ms,
+                  "a turn expected to wait longer for admission gets 429, one that waited longer is ended; 0 = no bound")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-context", f->max_context, "positions per session (default: the model's)");
   cmd->add_option("--session-ttl", f->session_ttl_s, "seconds before an idle session is deleted; 0 = never");
   cmd->add_option("--max-sessions", f->max_sessions, "sessions kept at most; 0 = no bound");
@@ -90,6 +95,7 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   c.max_batch_tokens = f.max_batch_tokens;
   c.max_running = f.max_running;
   c.max_waiting = f.max_waiting;
+  c.max_queue_s = f.max_queue_ms / 1000.0;
   c.max_context = f.max_context;
   c.session_ttl_s = f.session_ttl_s;
   c.max_sessions = f.max_sessions;

@@ -18,6 +18,7 @@ uint64_t TokenPrefixHash(const std::vector<int32_t>& tokens, int n) {
 void TurnHandle::Push(TurnEvent ev) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (ev.kind == TurnEvent::kDone) ended_ = true;
     events_.push_back(std::move(ev));
   }
   cv_.notify_all();
@@ -31,6 +32,20 @@ bool TurnHandle::Next(TurnEvent* ev) {
   events_.pop_front();
   if (ev->kind == TurnEvent::kDone) done_ = true;
   return true;
+}
+
+void TurnHandle::MarkAdmitted() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    admitted_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool TurnHandle::WaitAdmitted() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return admitted_ || ended_; });
+  return admitted_;
 }
 
 void TurnHandle::Cancel() {
@@ -400,6 +415,37 @@ EngineStats Engine::Stats() {
   return st;
 }
 
+Status Engine::CheckAdmission() const {
+  const int waiting = wait_.waiting();
+  if (waiting >= config_.max_waiting) {
+    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %d turns wait", waiting);
+  }
+  if (config_.max_queue_s > 0) {
+    const double wait = wait_.Estimate(Now());
+    if (wait > config_.max_queue_s) {
+      return MakeError(StatusCode::kResourceExhausted, "a turn would wait about %.1f s for admission (the bound is %.1f s)",
+                       wait, config_.max_queue_s);
+    }
+  }
+  return Status::Ok();
+}
+
+QueueState Engine::Queue() const {
+  QueueState q;
+  q.waiting = wait_.waiting();
+  q.estimated_wait_s = wait_.Estimate(Now());
+  q.drain_rate = wait_.drain_rate();
+  q.max_queue_s = config_.max_queue_s;
+  q.max_waiting = config_.max_waiting;
+  return q;
+}
+
+void Engine::PublishQueue() {
+  double oldest = -1;
+  for (const auto& w : waiting_) oldest = oldest < 0 ? w->queued_at : std::min(oldest, w->queued_at);
+  wait_.Publish(static_cast<int>(waiting_.size()), static_cast<int>(running_.size()) >= config_.max_running, oldest);
+}
+
 Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
   for (Status st : {req.sampling.Validate(), StopMatcher::Validate(req.stop)}) {
     if (!st.ok()) return Error{st.error().message, StatusCode::kInvalidArgument};
@@ -410,11 +456,21 @@ Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
   for (int32_t id : req.append) {
     if (id < 0 || id >= tok_.n_vocab()) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary", id);
   }
-  if (queued_.load() >= config_.max_waiting) {
-    return MakeError(StatusCode::kResourceExhausted, "queue full: %d turns waiting", queued_.load());
-  }
   Result<std::shared_ptr<TurnHandle>> out = Stopped();
   Call([&] {
+    // Load first: a refused turn costs nothing more. The queue here is exact (engine thread).
+    if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
+      out = MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting_.size());
+      return;
+    }
+    if (config_.max_queue_s > 0) {
+      const double wait = wait_.Estimate(Now());
+      if (wait > config_.max_queue_s) {
+        out = MakeError(StatusCode::kResourceExhausted, "the turn would wait about %.1f s for admission (the bound is %.1f s)",
+                        wait, config_.max_queue_s);
+        return;
+      }
+    }
     auto it = sessions_.find(req.session);
     if (it == sessions_.end()) {
       out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(req.session));
@@ -450,11 +506,11 @@ Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
     r->stop.emplace(req.stop);
     r->req = std::move(req);
     r->handle = std::make_shared<TurnHandle>();
-    r->submitted = Now();
+    r->submitted = r->queued_at = Now();
     out = r->handle;
     s.busy = true;
-    queued_++;
     waiting_.push_back(std::move(r));
+    PublishQueue();
   });
   return out;
 }

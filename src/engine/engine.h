@@ -24,6 +24,7 @@
 #include "engine/cost_fit.h"
 #include "engine/request.h"
 #include "engine/session.h"
+#include "engine/wait_estimate.h"
 #include "kv/cache_manager.h"
 #include "kv/disk_tier.h"
 #include "kv/transfer.h"
@@ -47,7 +48,11 @@ struct EngineConfig {
   bool cache = true;                 // false: stateless, every turn recomputes its whole history
   int max_batch_tokens = 512;        // tokens per forward step (decodes first, then prefill chunks)
   int max_running = 64;              // turns in the batch at once
-  int max_waiting = 1024;            // queued turns before Submit refuses (the server's 429/503)
+  int max_waiting = 1024;            // turns waiting for admission (not running) before Submit refuses
+                                     // (kResourceExhausted: the server's 429)
+  double max_queue_s = 0;            // a turn expected to wait longer than this for admission is
+                                     // refused by Submit, and one that has waited longer is ended
+                                     // (both kResourceExhausted; wait_estimate.h); 0 = no bound
   int max_context = 0;               // positions per session; 0 = the model's context length
   double session_ttl_s = 0;          // idle sessions older than this are deleted; 0 = never
   int max_sessions = 0;              // at most this many sessions (least recently used go); 0 = no bound
@@ -73,6 +78,15 @@ struct SessionInfo {
   int chunks_by_tier[4] = {0, 0, 0, 0};  // T0, T1, T2, none
   double idle_seconds = 0;
   bool busy = false;
+};
+
+// The admission queue as other threads see it (Engine::Queue).
+struct QueueState {
+  int waiting = 0;               // turns waiting for admission
+  double estimated_wait_s = 0;   // what a turn submitted now would wait (wait_estimate.h)
+  double drain_rate = -1;        // turns admitted per second of backlog (< 0: not measured yet)
+  double max_queue_s = 0;        // the bound (EngineConfig::max_queue_s; 0: none)
+  int max_waiting = 0;           // EngineConfig::max_waiting
 };
 
 struct EngineStats {
@@ -154,6 +168,13 @@ class Engine {
 
   EngineStats Stats();
 
+  // ---- admission (thread-safe, without a call to the engine thread: a few atomic loads) ----
+  // Whether a turn submitted now would be refused for load: kResourceExhausted when the queue is
+  // full or the estimated wait is past max_queue_s, with the message saying which. Ok otherwise
+  // (Submit decides for good: this is the check a server makes before spending any work).
+  Status CheckAdmission() const;
+  QueueState Queue() const;
+
  private:
   struct Running;
   struct Composition;
@@ -190,6 +211,10 @@ class Engine {
   bool CompositionWaitsForRoom() const;
   // Shutdown: ends every composition with kUnavailable once the transfer thread is idle.
   void AbortCompositions();
+  // Ends the turns that have waited for their first admission longer than max_queue_s.
+  void ExpireQueued(double now);
+  // Hands the queue's state to wait_ (engine thread).
+  void PublishQueue();
   // Feeds a timed step to the cost fit and, when the fitted b/a has moved, the policy.
   void Calibrate(const StepSample& s);
 
@@ -224,7 +249,7 @@ class Engine {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> commands_;
-  std::atomic<int> queued_{0};  // turns submitted and not yet finished
+  WaitEstimator wait_;          // written by the engine thread, read by any
   bool stop_ = false;
   bool transfers_done_ = false;     // a tier copy finished since the engine thread last looked
   bool closed_ = false;  // the engine thread ran its last commands: Call refuses

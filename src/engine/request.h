@@ -75,7 +75,8 @@ struct TurnResult {
   std::string text;                 // generated text without the stop string
   int prompt_tokens = 0;            // context positions this turn attended over before generating
   TokenSources sources;             // how those positions were served
-  double queue_seconds = 0;         // submit -> admitted
+  double queue_seconds = 0;         // submit -> admitted (or -> ended, for a turn never admitted)
+  bool admitted = false;            // reached the batch at least once
   double ttft_seconds = 0;          // submit -> first generated token
   double total_seconds = 0;         // submit -> done
   int suspensions = 0;              // times the request was suspended for memory
@@ -110,9 +111,14 @@ class TurnHandle {
   bool cancelled() const;
   // Waits for the end and returns the result (collecting all text).
   TurnResult Wait();
+  // Blocks until the engine first admitted the turn to the batch (true) or ended it before that
+  // (false: a kDone is next, e.g. an error for a turn that waited past the queue bound). Reads no
+  // event: a caller can wait here before it commits to a streamed answer's status.
+  bool WaitAdmitted();
 
   // Engine side.
   void Push(TurnEvent ev);
+  void MarkAdmitted();
 
  private:
   mutable std::mutex mu_;
@@ -120,6 +126,8 @@ class TurnHandle {
   std::deque<TurnEvent> events_;
   bool cancelled_ = false;
   bool done_ = false;  // kDone was read
+  bool admitted_ = false;  // MarkAdmitted was called
+  bool ended_ = false;     // kDone was pushed
 };
 
 }  // namespace mnemo

@@ -31,6 +31,7 @@ struct Engine::Running {
   grammar::TokenMask mask;                  // [ceil(vocab / 64)] the matcher's mask of this step
   TurnResult result;
   double submitted = 0;           // engine clock
+  double queued_at = 0;           // when it last entered waiting_ (submitted, or suspended)
   bool decoding() const { return admitted && next_query == queries.size(); }
   // Positions [0, valid) hold KV.
   int kv_valid() const {

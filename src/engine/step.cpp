@@ -17,6 +17,7 @@ void Engine::Step() {
   const StepPlan plan = Schedule(now);
   AdvanceCompositions(now);  // after admission: its kLater is the want the upkeep below serves
   RunBatch(plan);
+  PublishQueue();
   // Keep some T0 free ahead of need (demotions run in the background), then start the copies.
   cache_->Maintain(cache_->capacity(Tier::kT0) - cache_->admission_blocks(), Now());
   SubmitTransfers();
@@ -87,7 +88,26 @@ void Engine::SubmitTransfers() {
   transfer_->Submit(ops, ids);
 }
 
+void Engine::ExpireQueued(double now) {
+  if (config_.max_queue_s <= 0) return;
+  for (size_t i = 0; i < waiting_.size();) {
+    Running& r = *waiting_[i];
+    if (r.counted || now - r.submitted <= config_.max_queue_s) {  // resumed turns are not refused
+      i++;
+      continue;
+    }
+    r.result.error = MakeError(StatusCode::kResourceExhausted,
+                               "the turn waited %.1f s for admission, past the bound of %.1f s", now - r.submitted,
+                               config_.max_queue_s);
+    r.result.queue_seconds = now - r.submitted;
+    spdlog::info("session {}: {}", r.session->id, r.result.error.message);
+    Finish(r, FinishReason::kError, now);
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
 StepPlan Engine::Schedule(double now) {
+  ExpireQueued(now);
   // Cancelled turns leave the queue before anything is planned for them.
   for (size_t i = 0; i < waiting_.size();) {
     if (waiting_[i]->handle->cancelled()) {
@@ -137,6 +157,8 @@ StepPlan Engine::Schedule(double now) {
       r.result.sources = pa.sources;
       r.result.prompt_tokens = r.prompt_len;
       r.result.queue_seconds = now - r.submitted;
+      r.result.admitted = true;
+      r.handle->MarkAdmitted();
     }
     stats_.sources.t0 += pa.sources.t0;
     stats_.sources.t1 += pa.sources.t1;
@@ -165,9 +187,11 @@ StepPlan Engine::Schedule(double now) {
   for (const PlannedAdmission& pa : plan.admitted) running_.push_back(std::move(waiting_[pa.waiting]));
   for (int v : plan.suspended) {
     Suspend(*running_[v]);
+    running_[v]->queued_at = now;
     still_waiting.push_front(std::move(running_[v]));
   }
   waiting_ = std::move(still_waiting);
+  wait_.Pass(now, static_cast<int>(plan.admitted.size()), !waiting_.empty());
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
 
   // The sessions of queued turns are about to be read: keep them from looking idle, or they
@@ -435,7 +459,6 @@ void Engine::Finish(Running& r, FinishReason reason, double now) {
   r.result.total_seconds = now - r.submitted;
   if (r.result.prompt_tokens == 0) r.result.prompt_tokens = r.prompt_len;
   stats_.turns_done++;
-  queued_--;
   TurnEvent ev;
   ev.kind = TurnEvent::kDone;
   ev.result = r.result;

@@ -4,6 +4,13 @@
 
 namespace mnemo {
 
+namespace {
+thread_local std::string t_request_id;
+}  // namespace
+
+void SetLogRequestId(std::string id) { t_request_id = std::move(id); }
+const std::string& LogRequestId() { return t_request_id; }
+
 ApiError ToApiError(const Error& e, const std::string& prefix, std::string param) {
   ApiError out;
   out.message = prefix + e.message;
@@ -47,11 +54,13 @@ ApiError ToApiError(const Error& e, const std::string& prefix, std::string param
     case StatusCode::kDataLoss:
     case StatusCode::kInternal:
       // The detail (a store's file path, a SQL statement, an internal id) stays in the log.
-      spdlog::error("{}{}", prefix, e.message);
+      spdlog::error("request {}: {}{}", t_request_id.empty() ? "-" : t_request_id, prefix, e.message);
       out.status = 500;
       out.type = "server_error";
       out.code = "server_error";
-      out.message = "The server had an error while processing your request.";
+      out.message = "The server had an error while processing your request." +
+                    (t_request_id.empty() ? std::string() : " Please include the request id " + t_request_id +
+                                                                " if you report it.");
       break;
   }
   return out;

@@ -36,4 +36,10 @@ using ApiResult = std::variant<T, ApiError>;
 // here and never reaches a client.
 ApiError ToApiError(const Error& e, const std::string& prefix = "", std::string param = "");
 
+// The X-Request-Id of the request the calling thread serves ("" outside one). The HTTP layer sets
+// it around each handler (a handler, and a stream's writer, run on one thread), so that what is
+// logged on a request's behalf (a 500's detail, an exception) names the request the client saw.
+void SetLogRequestId(std::string id);
+const std::string& LogRequestId();
+
 }  // namespace mnemo

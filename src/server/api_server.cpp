@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "base/log.h"
 #include "server/http_util.h"
@@ -30,6 +32,11 @@ std::string KeyOwner(const std::string& key) {
 }
 
 namespace {
+
+void SetRetryAfter(httplib::Response& res, int seconds) {
+  res.headers.erase("Retry-After");
+  res.set_header("Retry-After", std::to_string(seconds));
+}
 
 // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients then overflows the accept queue
 // and gets connection resets. Calling listen() again on the bound socket raises the backlog
@@ -78,8 +85,17 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   // Range requests are for files: applied to an API answer they cut an error body short (and a
   // JSON body in the middle). Ignoring the header is allowed (RFC 9110 14.2). The request object is
   // httplib's own non-const local, handed to handlers as const.
+  //
+  // Request ids: a sane client X-Request-Id is kept, anything else replaced by a generated one in
+  // the request itself, so that handlers, their log lines and the response all carry the same.
   http_.set_pre_routing_handler([this](const Req& req, Res& res) {
-    const_cast<Req&>(req).ranges.clear();
+    Req& r = const_cast<Req&>(req);
+    r.ranges.clear();
+    if (!http::SaneRequestId(r.get_header_value("X-Request-Id"))) {
+      r.headers.erase("X-Request-Id");
+      r.headers.emplace("X-Request-Id", http::NewRequestId());
+    }
+    SetLogRequestId(r.get_header_value("X-Request-Id"));
     // A CORS preflight names the method and headers the page wants; it carries no credentials, so
     // it is answered before auth (browsers send the API key only on the real request).
     if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {
@@ -99,7 +115,12 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+  // Every response carries the request id, those httplib makes before routing (413 by
+  // Content-Length) too.
   http_.set_post_routing_handler([this](const Req& req, Res& res) {
+    const std::string id = req.get_header_value("X-Request-Id");
+    res.headers.erase("X-Request-Id");
+    res.set_header("X-Request-Id", http::SaneRequestId(id) ? id : http::NewRequestId());
     const std::string origin = CorsOrigin(req);
     if (origin.empty()) return;
     res.set_header("Access-Control-Allow-Origin", origin);
@@ -131,9 +152,9 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   auto bind = [this](auto method) {
     return [this, method](const Req& q, Res& s, const std::string& o) { (this->*method)(q, s, o); };
   };
-  post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions)));
-  post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions)));
-  post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse)));
+  post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions), /*turn=*/true));
+  post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions), /*turn=*/true));
+  post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse), /*turn=*/true));
   http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
   http_.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
   http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
@@ -173,11 +194,17 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
       metrics_.Request(path, res.status);
     });
   }
-  http_.Get("/health", Wrap("/health", false, [](const Req&, Res& res, const std::string&) {
-    http::SendJson(res, {{"status", "ok"}});
+  // Liveness (always 200 while the process serves) and readiness (503 with Retry-After while
+  // draining), both with the admission queue.
+  http_.Get("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
+    http::SendJson(res, StatusJson());
+  }));
+  http_.Get("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
+    http::SendJson(res, StatusJson(), draining_ ? 503 : 200);
+    if (draining_) res.set_header("Retry-After", "1");
   }));
   http_.Get("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
-    res.set_content(metrics_.Render(service_.engine().Stats()), "text/plain; version=0.0.4");
+    res.set_content(metrics_.Render(service_.engine().Stats(), service_.engine().Queue()), "text/plain; version=0.0.4");
   }));
 }
 
@@ -219,8 +246,8 @@ double ThreadCpuSeconds() {
 }  // namespace
 
 httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
-                                         std::function<void(const Req&, Res&, const std::string&)> fn) {
-  return [this, route, auth, fn](const Req& req, Res& res) {
+                                         std::function<void(const Req&, Res&, const std::string&)> fn, bool turn) {
+  return [this, route, auth, fn, turn](const Req& req, Res& res) {
     std::string owner;
     if (auth) {
       auto a = Authenticate(req);
@@ -231,20 +258,78 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
       }
       owner = std::get<std::string>(a);
     }
+    if (turn) {
+      if (auto e = Shed()) {
+        http::SendError(res, *e);
+        if (res.status == 429) SetRetryAfter(res, RetryAfterSeconds());
+        metrics_.Request(route, res.status);
+        return;
+      }
+    }
     const double cpu0 = ThreadCpuSeconds();
     try {
       fn(req, res, owner);
     } catch (...) {  // a bug, never bad input: the client sees no exception text, the log does
       http::SendError(res, http::InternalError(req.method + " " + req.path, std::current_exception()));
     }
+    if (res.status == 429) {  // refused by the engine after all (queue full, the wait, a timeout)
+      metrics_.Shed("engine");
+      SetRetryAfter(res, RetryAfterSeconds());
+    }
     metrics_.RequestCpu(route, ThreadCpuSeconds() - cpu0);
     metrics_.Request(route, res.status);
+    // Every error is logged with the request id the client got (X-Request-Id): 5xx at error level
+    // (their detail was logged where it happened, under the same id), refusals for load at debug
+    // (an overload makes thousands), other client errors at info.
+    const std::string& rid = LogRequestId();
     if (res.status >= 500) {
-      spdlog::warn("{} {} -> {}: {}", req.method, req.path, res.status, res.body.substr(0, 300));
+      spdlog::error("request {}: {} {} -> {}: {}", rid, req.method, req.path, res.status, res.body.substr(0, 300));
+    } else if (res.status == 429) {
+      spdlog::debug("request {}: {} {} -> {}", rid, req.method, req.path, res.status);
+    } else if (res.status >= 400) {
+      spdlog::info("request {}: {} {} -> {}: {}", rid, req.method, req.path, res.status, res.body.substr(0, 300));
     } else {
-      spdlog::debug("{} {} -> {}", req.method, req.path, res.status);
+      spdlog::debug("request {}: {} {} -> {}", rid, req.method, req.path, res.status);
     }
   };
+}
+
+std::optional<ApiError> ApiServer::Shed() {
+  if (draining_) {
+    metrics_.Shed("draining");
+    return ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
+                    "unavailable"};
+  }
+  Status st = service_.engine().CheckAdmission();
+  if (st.ok()) return std::nullopt;
+  metrics_.Shed("admission");
+  return ToApiError(st.error(), "The server is overloaded: ");
+}
+
+int ApiServer::RetryAfterSeconds() const {
+  const QueueState q = service_.engine().Queue();
+  const double over = q.max_queue_s > 0 ? q.estimated_wait_s - q.max_queue_s : 0;
+  return std::isfinite(over) ? std::clamp(static_cast<int>(std::ceil(over)), 1, 30) : 30;
+}
+
+std::optional<ApiError> ApiServer::AwaitAdmission(const StartedTurn& t, const std::string& owner) {
+  if (t.handle->WaitAdmitted()) return std::nullopt;
+  const TurnResult r = t.handle->Wait();
+  metrics_.Turn(r);
+  service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // not completed: discarded
+  if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
+  return ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
+                  "unavailable"};
+}
+
+ApiServer::http_json_t ApiServer::StatusJson() const {
+  const QueueState q = service_.engine().Queue();
+  Json queue = {{"waiting", q.waiting},
+                {"max_waiting", q.max_waiting},
+                {"estimated_wait_ms", std::isfinite(q.estimated_wait_s) ? Json(std::lround(q.estimated_wait_s * 1000)) : Json(nullptr)},
+                {"max_queue_ms", std::lround(q.max_queue_s * 1000)},
+                {"drain_rate_per_s", q.drain_rate >= 0 ? Json(q.drain_rate) : Json(nullptr)}};
+  return {{"status", draining_ ? "draining" : "ok"}, {"queue", queue}};
 }
 
 Status ApiServer::Start() {
@@ -270,6 +355,7 @@ Status ApiServer::Start() {
 }
 
 void ApiServer::Stop() {
+  draining_ = true;
   http_.stop();
   if (thread_.joinable()) thread_.join();
 }

@@ -8,8 +8,9 @@
 #include <httplib.h>
 
 #include <atomic>
-
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,11 +34,13 @@ struct ServerConfig {
 
 class ApiServer {
  public:
+  using http_json_t = nlohmann::json;
   ApiServer(const ServerConfig& config, Service& service, Metrics& metrics);
   ~ApiServer();
   // Binds and starts serving on a background thread.
   Status Start();
-  // Stops accepting and waits for the listener to end.
+  // Stops accepting and waits for the listener to end; requests still arriving on open
+  // connections meanwhile (draining) are answered 503 with Retry-After.
   void Stop();
   // Blocks until Stop (from another thread or a signal handler's flag).
   void Wait();
@@ -48,9 +51,23 @@ class ApiServer {
   using Res = httplib::Response;
   // The request's owner (hash of its API key), or an error when auth fails.
   std::variant<std::string, ApiError> Authenticate(const Req& req) const;
-  // Wraps a handler with auth, error shaping and metrics.
+  // Wraps a handler with auth, error shaping and metrics. turn: the route starts a turn, so it is
+  // refused before any work (no parsing, rendering or session) when the engine is shedding load
+  // (429) or the server drains (503), both with Retry-After.
   httplib::Server::Handler Wrap(const std::string& route, bool auth,
-                                std::function<void(const Req&, Res&, const std::string& owner)> fn);
+                                std::function<void(const Req&, Res&, const std::string& owner)> fn,
+                                bool turn = false);
+  // Why a turn would be refused now (draining, queue full, wait past the bound), or nullopt.
+  std::optional<ApiError> Shed();
+  // Seconds a refused client should wait before it retries (Retry-After): the time the queue,
+  // draining at its measured rate with nothing new, takes to come back within the bound; 1 to 30.
+  int RetryAfterSeconds() const;
+  // A stream commits to status 200 with its first byte, so it first waits for the engine to admit
+  // its turn: a turn ended before that (it waited past the bound, shutdown) is discarded and its
+  // error returned, to be sent with its real status.
+  std::optional<ApiError> AwaitAdmission(const StartedTurn& t, const std::string& owner);
+  // The queue and the server's state (/health, /ready).
+  http_json_t StatusJson() const;
 
   void ChatCompletions(const Req& req, Res& res, const std::string& owner);
   void Completions(const Req& req, Res& res, const std::string& owner);
@@ -72,6 +89,7 @@ class ApiServer {
   httplib::Server http_;
   std::thread thread_;
   std::atomic<bool> listen_ended_{false};  // the listener thread's listen call returned
+  std::atomic<bool> draining_{false};      // Stop was called: new turns get 503
   int port_ = 0;
 };
 

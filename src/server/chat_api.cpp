@@ -60,8 +60,8 @@ std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, 
                                             const std::string& owner) {
   TurnResult r = t.handle->Wait();
   metrics.Turn(r);
+  auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);  // a failed turn is discarded here
   if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
-  auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);
   if (auto* e = std::get_if<ApiError>(&c)) return *e;
   return r;
 }
@@ -154,6 +154,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                 {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
                                           {"finish_reason", std::move(finish)}}})}};
   };
+  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
   Service* service = &service_;
   Metrics* metrics = &metrics_;
   res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
@@ -246,6 +247,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     j["usage"] = http::ChatUsage(tr);
     return http::SendJson(res, j);
   }
+  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
   Service* service = &service_;
   Metrics* metrics = &metrics_;
   res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {

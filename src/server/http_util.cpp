@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <random>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "base/log.h"
@@ -53,6 +55,17 @@ bool JsonDeeperThan(std::string_view text, int limit) {
   return false;
 }
 
+bool SaneRequestId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char ch : id) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("-_.:/+=", ch) != nullptr;
+    if (!ok || ch == 0) return false;
+  }
+  return true;
+}
+
+std::string NewRequestId() { return NewId("req_"); }
+
 ApiError InternalError(const std::string& context, std::exception_ptr ep) {
   std::string what = "an exception of unknown type";
   try {
@@ -61,8 +74,12 @@ ApiError InternalError(const std::string& context, std::exception_ptr ep) {
     what = ex.what();
   } catch (...) {
   }
-  spdlog::error("{}: unhandled exception: {}", context, what);
-  return ApiError{500, "server_error", "The server had an error while processing your request.", "", "server_error"};
+  spdlog::error("request {}: {}: unhandled exception: {}", LogRequestId().empty() ? "-" : LogRequestId(), context, what);
+  const std::string& id = LogRequestId();
+  return ApiError{500, "server_error",
+                  "The server had an error while processing your request." +
+                      (id.empty() ? std::string() : " Please include the request id " + id + " if you report it."),
+                  "", "server_error"};
 }
 
 std::variant<Json, ApiError> ParseBody(const std::string& body) {

@@ -27,6 +27,12 @@ ApiError NotFound(std::string message);
 // types, files and ids.
 ApiError InternalError(const std::string& context, std::exception_ptr ep);
 
+// A client-supplied X-Request-Id is echoed when it is 1 to 128 characters of letters, digits and
+// `-_.:/+=` (what request ids and trace headers use); anything else (empty, long, spaces, control
+// bytes that could forge log lines) is replaced by a generated "req_" + 128 random bits.
+bool SaneRequestId(std::string_view id);
+std::string NewRequestId();
+
 // The deepest nesting of arrays and objects a request body may have. Real requests stay far below
 // it (a message with content parts is 4 levels deep, a metadata object 2). Parsing is iterative,
 // but copying, dumping and destroying parts of a parsed value recurse once per level: a 100,000

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cstdarg>
+#include <cmath>
 #include <cstdio>
 
 namespace mnemo {
@@ -52,7 +53,13 @@ void Histogram::Render(const std::string& name, const std::string& help, std::st
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
-      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}) {}
+      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
+      queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}) {}
+
+void Metrics::Shed(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  shed_[reason]++;
+}
 
 void Metrics::Request(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -74,6 +81,8 @@ void Metrics::Turn(const TurnResult& r) {
   fresh_ += r.sources.fresh;
   if (!r.tokens.empty()) ttft_.Observe(r.ttft_seconds);
   e2e_.Observe(r.total_seconds);
+  // Turns that reached the batch, and turns ended for waiting too long (cancelled ones did not wait it out).
+  if (r.admitted || r.finish_reason == FinishReason::kError) queue_.Observe(r.queue_seconds);
   std::lock_guard<std::mutex> lock(mu_);
   finish_[FinishReasonName(r.finish_reason)]++;
 }
@@ -83,7 +92,7 @@ void Metrics::ContextSelection(int64_t dropped_tokens) {
   selection_dropped_ += dropped_tokens;
 }
 
-std::string Metrics::Render(const EngineStats& e) const {
+std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,6 +107,11 @@ std::string Metrics::Render(const EngineStats& e) const {
     Header(&out, "mnemo_turns_total", "counter", "Turns finished by finish reason");
     for (const auto& [k, v] : finish_) {
       Line(&out, "mnemo_turns_total{finish_reason=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
+    }
+    Header(&out, "mnemo_shed_total", "counter",
+           "Turns refused for load: admission (before any work), engine (in the engine's queue), draining");
+    for (const auto& [k, v] : shed_) {
+      Line(&out, "mnemo_shed_total{reason=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
     }
   }
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -153,6 +167,10 @@ std::string Metrics::Render(const EngineStats& e) const {
   counter("mnemo_context_dropped_tokens_total", "Tokens left out by selective context", selection_dropped_);
   gauge("mnemo_queue_depth", "Turns waiting for admission", e.waiting);
   gauge("mnemo_running", "Turns in the batch", e.running);
+  gauge("mnemo_queue_estimated_wait_seconds", "Estimated admission wait of a turn submitted now",
+        std::isfinite(q.estimated_wait_s) ? q.estimated_wait_s : 1e9);
+  gauge("mnemo_queue_drain_rate", "Turns admitted per second of backlog (-1: not measured yet)", q.drain_rate);
+  gauge("mnemo_queue_max_seconds", "Admission wait bound (--max-queue-ms; 0: none)", q.max_queue_s);
   gauge("mnemo_sessions", "Sessions held by the engine", e.sessions);
   Header(&out, "mnemo_tier_blocks", "gauge", "KV blocks per tier: used and capacity");
   const char* tiers[3] = {"t0", "t1", "t2"};
@@ -164,6 +182,7 @@ std::string Metrics::Render(const EngineStats& e) const {
   ttft_.Render("mnemo_ttft_seconds", "Time to first token", &out);
   itl_.Render("mnemo_inter_token_seconds", "Time between streamed tokens", &out);
   e2e_.Render("mnemo_request_seconds", "Turn latency, submit to done", &out);
+  queue_.Render("mnemo_queue_wait_seconds", "Time turns waited for admission to the batch", &out);
   return out;
 }
 

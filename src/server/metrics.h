@@ -43,13 +43,16 @@ class Metrics {
   // One turn finished.
   void Turn(const TurnResult& r);
   void InterToken(double seconds) { itl_.Observe(seconds); }
+  // A turn refused for load: "admission" (before any work: queue full or the estimated wait past
+  // the bound), "engine" (refused or timed out in the engine's queue), "draining".
+  void Shed(const std::string& reason);
   // Context selections of the selective-context mode.
   void ContextSelection(int64_t dropped_tokens);
   // A turn rendered from a window of its conversation (Service's fast paths), not the whole history.
   void WindowedTurn() { windowed_++; }
 
   // The whole exposition, engine gauges included.
-  std::string Render(const EngineStats& engine) const;
+  std::string Render(const EngineStats& engine, const QueueState& queue) const;
 
  private:
   mutable std::mutex mu_;
@@ -60,7 +63,8 @@ class Metrics {
   std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
   std::atomic<uint64_t> windowed_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
-  Histogram ttft_, itl_, e2e_;
+  std::map<std::string, uint64_t> shed_;    // reason -> turns refused for load
+  Histogram ttft_, itl_, e2e_, queue_;
 };
 
 }  // namespace mnemo

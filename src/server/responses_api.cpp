@@ -388,7 +388,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner](const TurnResult& r) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
-    if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
+    if (r.finish_reason == FinishReason::kError) {
+      service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // discards the turn, frees its session
+      return ToApiError(r.error);
+    }
     sr.status = r.finish_reason == FinishReason::kLength ? "incomplete" : "completed";
     Json output = Json::array({OutputItem(msg_id, r.text, sr.status == "completed" ? "completed" : "incomplete")});
     Json usage = http::ResponsesUsage(r);
@@ -416,6 +419,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     if (auto* e = std::get_if<ApiError>(&out)) return http::SendError(res, *e);
     return http::SendJson(res, std::get<Json>(out));
   }
+  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
   res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) mutable {
     int seq = 0;
     bool alive = true;

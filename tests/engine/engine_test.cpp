@@ -269,6 +269,63 @@ TEST(Engine, BadRequestsAreRefused) {
   EXPECT_EQ((*e)->GetSession(s)->tokens.size(), 7u);
 }
 
+// --max-waiting counts turns waiting for admission, not running ones; a turn that waits past
+// max_queue_s is ended with kResourceExhausted before it costs any compute, its session free again.
+TEST(Engine, TheQueueIsBoundedInLengthAndInWait) {
+  EngineConfig c = Config(64, 0, 0, "pensieve");
+  c.max_running = 1;
+  c.max_waiting = 1;
+  auto e = Engine::Create(*F().l.model, *F().tok, c);
+  ASSERT_TRUE(e.ok());
+  Rng rng(11);
+  std::vector<SessionId> s;
+  for (int i = 0; i < 3; i++) s.push_back((*e)->CreateSession());
+  auto turn = [&](SessionId id, int n) {
+    TurnRequest r = Greedy(id, {1, 40, 41, 42}, n);
+    r.ignore_eos = true;
+    return (*e)->Submit(r);
+  };
+  auto h1 = turn(s[0], 480);  // long: holds the only batch slot
+  ASSERT_TRUE(h1.ok());
+  ASSERT_TRUE((*h1)->WaitAdmitted());
+  auto h2 = turn(s[1], 4);  // waits (the one queue place)
+  ASSERT_TRUE(h2.ok()) << h2.error().message;
+  auto h3 = turn(s[2], 4);
+  ASSERT_FALSE(h3.ok());
+  EXPECT_EQ(h3.error().code, StatusCode::kResourceExhausted);
+  EXPECT_TRUE((*h2)->WaitAdmitted());
+  EXPECT_EQ((*h1)->Wait().finish_reason, FinishReason::kLength);
+  EXPECT_EQ((*h2)->Wait().finish_reason, FinishReason::kLength);
+  e->reset();
+
+  // A bound of 1 ms: the second turn cannot be admitted while the first decodes 480 tokens.
+  c.max_waiting = 8;
+  c.max_queue_s = 0.001;
+  e = Engine::Create(*F().l.model, *F().tok, c);
+  ASSERT_TRUE(e.ok());
+  s.clear();
+  for (int i = 0; i < 2; i++) s.push_back((*e)->CreateSession());
+  h1 = turn(s[0], 480);
+  ASSERT_TRUE(h1.ok());
+  ASSERT_TRUE((*h1)->WaitAdmitted());
+  h2 = turn(s[1], 4);
+  ASSERT_TRUE(h2.ok()) << h2.error().message;  // nothing waits yet: an estimate of 0
+  EXPECT_FALSE((*h2)->WaitAdmitted());
+  TurnResult r2 = (*h2)->Wait();
+  EXPECT_EQ(r2.finish_reason, FinishReason::kError);
+  EXPECT_EQ(r2.error.code, StatusCode::kResourceExhausted) << r2.error.message;
+  EXPECT_FALSE(r2.admitted);
+  EXPECT_GT(r2.queue_seconds, 0.001);
+  EXPECT_TRUE(r2.tokens.empty());
+  EXPECT_EQ((*e)->GetSession(s[1])->tokens.size(), 0u);  // nothing of it reached the log
+  EXPECT_EQ((*h1)->Wait().finish_reason, FinishReason::kLength);
+  (*e)->Stats();  // a round trip: the step that ended h1 has published the queue
+  EXPECT_TRUE((*e)->CheckAdmission().ok());  // drained: a turn is welcome again
+  TurnResult again = (*turn(s[1], 4))->Wait();
+  EXPECT_EQ(again.finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(again.admitted);
+}
+
 TEST(Engine, ForkSharesHistory) {
   auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
   ASSERT_TRUE(e.ok());

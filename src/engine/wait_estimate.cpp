@@ -1,0 +1,42 @@
+#include "engine/wait_estimate.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace mnemo {
+
+void WaitEstimator::Pass(double now, int admitted, bool left_waiting) {
+  if (backlog_ && last_pass_ >= 0) {
+    window_time_ += now - last_pass_;
+    window_admits_ += admitted;
+    if (window_time_ >= kWindow) {
+      const double sample = window_admits_ / window_time_;
+      const double was = rate_.load(std::memory_order_relaxed);
+      rate_.store(was < 0 ? sample : 0.5 * was + 0.5 * sample, std::memory_order_relaxed);
+      window_time_ = 0;
+      window_admits_ = 0;
+    }
+  }
+  last_pass_ = now;
+  backlog_ = left_waiting;
+}
+
+void WaitEstimator::Publish(int waiting, bool batch_full, double oldest_queued_at) {
+  waiting_.store(waiting, std::memory_order_relaxed);
+  batch_full_.store(batch_full, std::memory_order_relaxed);
+  oldest_.store(oldest_queued_at, std::memory_order_relaxed);
+}
+
+double WaitEstimator::Estimate(double now) const {
+  const int waiting = waiting_.load(std::memory_order_relaxed);
+  if (waiting == 0 && !batch_full_.load(std::memory_order_relaxed)) return 0;
+  const double rate = rate_.load(std::memory_order_relaxed);
+  double forecast = 0;  // unmeasured: the sojourn alone speaks
+  if (rate > 0) forecast = (waiting + 1) / rate;
+  if (rate == 0 && waiting > 0) forecast = std::numeric_limits<double>::infinity();
+  const double oldest = oldest_.load(std::memory_order_relaxed);
+  const double sojourn = oldest >= 0 ? std::max(0.0, now - oldest) : 0;
+  return std::max(forecast, sojourn);
+}
+
+}  // namespace mnemo

@@ -1,0 +1,62 @@
+// How long a turn submitted now would wait in the engine's queue before it is admitted to the batch,
+// from what the engine measured: the basis of load shedding (the server's 429 before any work).
+//
+// The estimator. A newcomer joins the back of a first-come-first-served queue, so it is admitted
+// right after the `waiting` turns ahead of it; when the batch is full (or memory is short) that
+// happens at the rate at which the engine has been admitting turns from a backlog (a slot frees
+// when a running turn ends, room when blocks free). So:
+//
+//   forecast = (waiting + 1) / drain_rate     (Little's law, with the measured service rate)
+//   estimate = max(forecast, sojourn of the oldest waiting turn)
+//
+// drain_rate counts admissions per second of backlog only: the time between two admission passes
+// counts when the earlier pass left turns waiting (an idle engine, admitting each turn as it comes,
+// measures the arrival rate, not the capacity). It is averaged over windows of at least kWindow
+// seconds (one forward step on a big model can take longer than a whole short turn on a small one),
+// blended by an exponential moving average (half the weight on the newest window) so that a change
+// of workload (long turns after short ones) is followed within a second or two. The sojourn term
+// (CoDel's signal) covers what the forecast misses: no measurement yet, or a batch stalled for
+// memory where nothing drains; the newcomer waits at least as long as the turns ahead still must.
+// With nothing waiting and a free batch slot the estimate is 0.
+//
+// Thread-safety: Pass and Publish on the engine thread only; the readers from any thread (each a
+// relaxed atomic load: the parts may come from two different steps, good enough for an estimate).
+#pragma once
+
+#include <atomic>
+
+namespace mnemo {
+
+class WaitEstimator {
+ public:
+  // Shortest stretch of backlog one drain-rate sample spans (seconds).
+  static constexpr double kWindow = 0.25;
+
+  // One admission pass at `now` (engine clock, seconds) admitted `admitted` turns; `left_waiting`:
+  // turns were still waiting after it.
+  void Pass(double now, int admitted, bool left_waiting);
+  // The queue as it stands: turns waiting, whether the batch has no free slot, and when the turn
+  // that has waited longest entered the queue (< 0: none waits).
+  void Publish(int waiting, bool batch_full, double oldest_queued_at);
+
+  // Seconds a turn submitted at `now` would wait for admission (+infinity when turns wait and the
+  // engine has measured that none drain).
+  double Estimate(double now) const;
+  // Turns admitted per second of backlog (< 0: not measured yet).
+  double drain_rate() const { return rate_.load(std::memory_order_relaxed); }
+  int waiting() const { return waiting_.load(std::memory_order_relaxed); }
+
+ private:
+  // Engine thread only.
+  double last_pass_ = -1;     // when the previous pass ran
+  bool backlog_ = false;      // the previous pass left turns waiting
+  double window_time_ = 0;    // backlog seconds in the current window
+  int window_admits_ = 0;     // admissions in them
+  // Published.
+  std::atomic<double> rate_{-1};
+  std::atomic<int> waiting_{0};
+  std::atomic<bool> batch_full_{false};
+  std::atomic<double> oldest_{-1};
+};
+
+}  // namespace mnemo

@@ -1,0 +1,75 @@
+// The admission-wait estimator (model-free): the drain rate is measured over backlog only, the
+// forecast follows Little's law, the oldest waiting turn's sojourn bounds it from below.
+#include "engine/wait_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mnemo {
+namespace {
+
+TEST(WaitEstimator, NothingWaitingAndAFreeSlotIsNoWait) {
+  WaitEstimator w;
+  EXPECT_EQ(w.Estimate(10), 0);
+  w.Publish(0, /*batch_full=*/false, -1);
+  EXPECT_EQ(w.Estimate(10), 0);
+  EXPECT_LT(w.drain_rate(), 0);  // not measured yet
+}
+
+TEST(WaitEstimator, DrainRateIsMeasuredOverBacklogOnly) {
+  WaitEstimator w;
+  // An idle engine admits each turn as it comes (20 a second): that is the arrival rate, and it
+  // says nothing of the capacity, so it is not measured.
+  for (int i = 0; i < 100; i++) w.Pass(i * 0.05, 1, /*left_waiting=*/false);
+  EXPECT_LT(w.drain_rate(), 0);
+  // A backlog drained at 10 turns a second (one admission per 0.1 s pass).
+  double t = 10;
+  for (int i = 0; i < 40; i++) w.Pass(t += 0.1, 1, /*left_waiting=*/true);
+  EXPECT_NEAR(w.drain_rate(), 10, 0.5);
+  // 19 waiting: the newcomer is the 20th admission, 2 s away.
+  w.Publish(19, true, t);
+  EXPECT_NEAR(w.Estimate(t), 2.0, 0.1);
+  // A long idle gap between a pass that left nothing waiting and the next is not backlog.
+  w.Pass(t += 0.1, 1, false);  // the backlog is gone
+  w.Pass(t += 100, 1, true);   // 100 s later a burst: the gap is idle time, not backlog
+  for (int i = 0; i < 2; i++) w.Pass(t += 0.1, 1, true);
+  EXPECT_NEAR(w.drain_rate(), 10, 0.5);
+}
+
+TEST(WaitEstimator, FollowsASlowerDrainWithinAFewWindows) {
+  WaitEstimator w;
+  double t = 0;
+  for (int i = 0; i < 40; i++) w.Pass(t += 0.1, 1, true);  // 10/s
+  for (int i = 0; i < 20; i++) w.Pass(t += 0.5, 1, true);  // then 2/s for 10 s
+  EXPECT_NEAR(w.drain_rate(), 2, 0.1);
+}
+
+TEST(WaitEstimator, TheOldestTurnsSojournBoundsTheEstimateFromBelow) {
+  WaitEstimator w;
+  // Unmeasured rate: the head of the queue has waited 3 s, so a newcomer waits at least that.
+  w.Publish(2, true, 7.0);
+  EXPECT_NEAR(w.Estimate(10), 3.0, 1e-9);
+  // A fast measured drain does not hide a stalled head (a batch blocked on memory).
+  double t = 0;
+  for (int i = 0; i < 40; i++) w.Pass(t += 0.01, 1, true);  // 100/s
+  w.Publish(2, true, 7.0);
+  EXPECT_NEAR(w.Estimate(10), 3.0, 1e-9);
+}
+
+TEST(WaitEstimator, ABacklogThatDoesNotDrainIsAnEndlessWait) {
+  WaitEstimator w;
+  double t = 0;
+  for (int i = 0; i < 10; i++) w.Pass(t += 0.1, 0, true);
+  EXPECT_EQ(w.drain_rate(), 0);
+  w.Publish(3, true, t);
+  EXPECT_TRUE(std::isinf(w.Estimate(t)));
+  // A full batch with nothing waiting waits for one slot.
+  WaitEstimator v;
+  for (int i = 0; i < 40; i++) v.Pass(t += 0.25, 1, true);  // 4/s
+  v.Publish(0, true, -1);
+  EXPECT_NEAR(v.Estimate(t), 0.25, 0.01);
+}
+
+}  // namespace
+}  // namespace mnemo

@@ -1,0 +1,112 @@
+// Load shedding over real HTTP on 127.0.0.1 (issue 13): under more streaming clients than the
+// engine can serve within --max-queue-ms, a small probe request is answered or refused within 2 s
+// (it waited 15 s before), every refusal is a 429 in OpenAI's shape with a Retry-After, every
+// admitted stream completes, and the queue wait shows in /metrics and /health.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <latch>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server_process.h"
+
+namespace mnemo::testing {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A 429 in OpenAI's error shape with a whole number of seconds in Retry-After.
+::testing::AssertionResult IsShed(const httplib::Result& r) {
+  if (!r) return ::testing::AssertionFailure() << "no response";
+  if (r->status != 429) return ::testing::AssertionFailure() << "status " << r->status << ": " << r->body.substr(0, 300);
+  const std::string ra = r->get_header_value("Retry-After");
+  if (ra.empty() || ra.find_first_not_of("0123456789") != std::string::npos || std::stoi(ra) < 1) {
+    return ::testing::AssertionFailure() << "Retry-After '" << ra << "'";
+  }
+  Json j = Json::parse(r->body, nullptr, false);
+  if (!j.is_object() || !j.contains("error") || !j["error"]["message"].is_string() || j["error"]["type"] != "rate_limit_error") {
+    return ::testing::AssertionFailure() << "body " << r->body;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(Overload, AProbeIsAnsweredOrShedWithinTwoSecondsUnderManyStreams) {
+  // Four turns in the batch and room for 64 waiting: the wait bound, not the queue length, is
+  // what sheds. Each stream decodes 400 tokens, so 48 of them are several seconds of work even on
+  // a fast machine (and far more on a loaded one).
+  ServerProcess server({"--max-running", "4", "--max-waiting", "64", "--max-queue-ms", "1000"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  constexpr int kStreams = 48;
+  std::atomic<int> completed{0}, shed{0};
+  std::mutex mu;
+  std::string other;  // the first answer that was neither
+  std::latch start(kStreams + 1);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; i++) {
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(300, 0);
+      Json body = {{"messages", {{{"role", "user"}, {"content", "Story number " + std::to_string(i)}}}},
+                   {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+      start.arrive_and_wait();
+      auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+      if (r && r->status == 200 && r->body.find("data: [DONE]") != std::string::npos &&
+          r->body.find("\"error\"") == std::string::npos) {
+        completed++;
+      } else if (IsShed(r)) {
+        shed++;
+      } else {
+        std::lock_guard<std::mutex> lock(mu);
+        if (other.empty()) other = r ? std::to_string(r->status) + " " + r->body.substr(0, 300) : "no response";
+      }
+    });
+  }
+  start.arrive_and_wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the streams fill the queue
+  httplib::Client probe("127.0.0.1", server.port());
+  probe.set_read_timeout(60, 0);
+  const auto t0 = Clock::now();
+  auto r = probe.Post("/v1/chat/completions",
+                      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0})",
+                      "application/json");
+  const double probe_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->status == 200 || IsShed(r)) << r->status << " " << r->body;
+  EXPECT_LT(probe_s, 2.0) << "the probe got " << r->status << " after " << probe_s << " s";
+  // While loaded, /health shows the queue.
+  auto h = probe.Get("/health");
+  ASSERT_TRUE(h && h->status == 200);
+  Json health = Json::parse(h->body, nullptr, false);
+  ASSERT_TRUE(health.is_object() && health.contains("queue")) << h->body;
+  EXPECT_EQ(health["queue"]["max_queue_ms"], 1000);
+  EXPECT_TRUE(health["queue"]["waiting"].is_number_integer());
+  EXPECT_TRUE(health["queue"].contains("estimated_wait_ms"));
+
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(other.empty()) << other;
+  EXPECT_GE(completed.load(), 4);
+  EXPECT_GE(shed.load(), 1) << "48 streams of 400 tokens never overloaded a 1 s bound";
+  EXPECT_EQ(completed.load() + shed.load(), kStreams);
+  std::printf("probe: %d after %.3f s; streams: %d completed, %d shed\n", r->status, probe_s, completed.load(),
+              shed.load());
+
+  // The queue wait and the refusals are in the metrics; afterwards the server serves normally.
+  auto m = probe.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  EXPECT_NE(m->body.find("mnemo_queue_wait_seconds_count"), std::string::npos);
+  EXPECT_NE(m->body.find("mnemo_queue_wait_seconds_bucket{le=\"1\"}"), std::string::npos);
+  EXPECT_NE(m->body.find("mnemo_shed_total{reason="), std::string::npos);
+  EXPECT_NE(m->body.find("mnemo_queue_estimated_wait_seconds"), std::string::npos);
+  auto ok = probe.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4})",
+                       "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+}  // namespace
+}  // namespace mnemo::testing
