@@ -397,10 +397,23 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       start_afresh(id);
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    sessions_[id].busy = false;
-    IndexLocked(id, sessions_[id].tokens.size());
     const Error& err = h.error();
+    if (st.new_session || st.fork_of) {
+      // The session was made for this turn and the store has never seen it: forget it, here and
+      // in the engine. Left idle in the mirror, a later request sharing its prefix continued it as
+      // a stored session and its commit failed ("unknown session", issue 13: refused turns under
+      // overload left such forks behind).
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ForgetLocked(id);
+      }
+      Status d = engine_.DeleteSession(id);
+      if (!d.ok()) spdlog::warn("session {}: discarding a session whose turn was refused failed: {}", id, d.error().message);
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      sessions_[id].busy = false;
+      IndexLocked(id, sessions_[id].tokens.size());
+    }
     return ToApiError(err, err.code == StatusCode::kResourceExhausted ? "the server is busy: " : "");
   }
 }

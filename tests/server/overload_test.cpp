@@ -108,5 +108,54 @@ TEST(Overload, AProbeIsAnsweredOrShedWithinTwoSecondsUnderManyStreams) {
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
+// A turn refused with 429 after its session was forked (the queue was full) left the fork in the
+// service, never stored; the next request with the same prompt continued that fork and its commit
+// failed with a 500 "unknown session N" (issue 13, item 6: 5 of 54 probes with --max-waiting 8).
+TEST(Overload, ATurnRefusedAfterAForkLeavesNoSessionBehind) {
+  ServerProcess server({"--max-running", "1", "--max-waiting", "1", "--max-queue-ms", "0"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(120, 0);
+  // Long enough (> 16 tokens) that a repeat shares a prefix worth forking from.
+  const std::string probe = R"({"messages":[{"role":"user","content":"Tell me a story about a cat, a dog and a bird who lived in a big old house by the sea."}],"max_tokens":4,"temperature":0})";
+  auto first = c.Post("/v1/chat/completions", probe, "application/json");
+  ASSERT_TRUE(first && first->status == 200) << (first ? first->body : "no response");
+  auto long_turn = [&](int i) {
+    httplib::Client lc("127.0.0.1", server.port());
+    lc.set_read_timeout(120, 0);
+    Json body = {{"messages", {{{"role", "user"}, {"content", "Long story " + std::to_string(i)}}}}, {"max_tokens", 450},
+                 {"ignore_eos", true}};
+    lc.Post("/v1/chat/completions", body.dump(), "application/json");
+  };
+  // Fill the batch and the queue, then repeat the probe until it is refused (the long turns may
+  // end before it arrives on a fast machine: then try again).
+  int refused = 0;
+  for (int attempt = 0; attempt < 10 && refused == 0; attempt++) {
+    std::thread a(long_turn, 2 * attempt), b;
+    for (int i = 0; i < 200; i++) {  // until the first runs and the second waits
+      auto h = c.Get("/health");
+      if (i == 0) b = std::thread(long_turn, 2 * attempt + 1);
+      if (h && Json::parse(h->body, nullptr, false)["queue"]["waiting"] == 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    auto r = c.Post("/v1/chat/completions", probe, "application/json");
+    ASSERT_TRUE(r);
+    if (r->status == 429) {
+      refused++;
+    } else {
+      EXPECT_EQ(r->status, 200) << r->body;
+    }
+    a.join();
+    b.join();
+  }
+  ASSERT_EQ(refused, 1) << "the queue was never full when the probe came";
+  // The same prompt again, now that the queue is empty: a new fork, stored with its turn.
+  for (int i = 0; i < 3; i++) {
+    auto r = c.Post("/v1/chat/completions", probe, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body << "\n" << server.log();
+  }
+}
+
 }  // namespace
 }  // namespace mnemo::testing
