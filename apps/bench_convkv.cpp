@@ -73,6 +73,8 @@ struct ConvkvFlags {
   std::vector<std::string> modes{"exact", "reuse"};
   std::vector<std::string> methods{"3-factor", "relevance", "recency", "recent-only", "random"};
   std::string relevance = "keyword";
+  int hidden_layer = -1;    // --eval: ServiceConfig::hidden_layer
+  int attention_layers = 0; // --eval: ServiceConfig::attention_layers
   int answer_tokens = 12;
   int keep_last = context::SelectionOptions{}.keep_last;
 };
@@ -557,8 +559,14 @@ void RegisterBenchConvkv(CLI::App* bench) {
   cmd->add_option("--modes", f->modes, "--eval: context modes (exact, reuse)")->capture_default_str();
   cmd->add_option("--methods", f->methods, "--eval: 3-factor, relevance, recency, recent-only, random")
       ->check(CLI::IsMember({"3-factor", "relevance", "recency", "recent-only", "random"}))->capture_default_str();
-  cmd->add_option("--relevance", f->relevance, "relevance factor: keyword, embedding, centred, whitened")
-      ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened"}))->capture_default_str();
+  cmd->add_option("--relevance", f->relevance,
+                  "relevance factor: keyword, embedding, centred, whitened; with --eval also hidden, attention")
+      ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened", "hidden", "attention"}))->capture_default_str();
+  cmd->add_option("--hidden-layer", f->hidden_layer, "--eval, --relevance hidden: block whose output is pooled (-1: n_layers / 2)")
+      ->capture_default_str();
+  cmd->add_option("--attention-layers", f->attention_layers,
+                  "--eval, --relevance attention: average over blocks [0, N) (0: all; the probe stops there)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--answer-tokens", f->answer_tokens, "--eval: tokens generated per answer")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--keep-last", f->keep_last, "newest turns always kept (context_keep_last)")
@@ -577,12 +585,17 @@ void RegisterBenchConvkv(CLI::App* bench) {
       c.seed = f->seed;
       c.max_tokens = f->answer_tokens;
       c.keep_last = f->keep_last;
+      c.hidden_layer = f->hidden_layer;
+      c.attention_layers = f->attention_layers;
       c.verbose = f->verbose;
       c.json = f->json;
       c.runtime = f->runtime;
       int rc = RunConvkvEval(c);
       if (rc != 0) throw CLI::RuntimeError(rc);
       return;
+    }
+    if (f->relevance == "hidden" || f->relevance == "attention") {
+      throw CLI::ValidationError("--relevance", "hidden and attention need the engine: use them with --eval");
     }
     int rc = RunConvkv(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);

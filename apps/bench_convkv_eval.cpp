@@ -111,7 +111,7 @@ struct Row {
   std::string method, mode;
   double budget = 0;
   int n = 0, correct = 0, fact_kept = 0, correct_fact_kept = 0;
-  double prefill = 0, selected = 0;          // sums of fractions
+  double prefill = 0, selected = 0, probe = 0;  // sums of fractions
   std::vector<double> ttft_ms, scoring_ms_per_turn;
 };
 
@@ -210,6 +210,8 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
   }
   ServiceConfig sc;
   sc.model_name = "bench";
+  sc.hidden_layer = c.hidden_layer;
+  sc.attention_layers = c.attention_layers;
   const TensorRef emb = rt.file->weights().tok_embd;
   sc.embed_dim = static_cast<int>(emb.cols);
   sc.embed = [emb](int32_t token, float* out) {
@@ -275,6 +277,7 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
       row.n++, row.correct += o->correct, row.fact_kept += fact_kept, row.correct_fact_kept += o->correct && fact_kept;
       row.prefill += o->computed / n_full;
       row.selected += o->prompt_tokens / n_full;
+      row.probe += o->context.probe_tokens / n_full;
       row.ttft_ms.push_back(o->ttft_ms);
       if (o->context.n_turns > 0) row.scoring_ms_per_turn.push_back(o->context.scoring_ms / o->context.n_turns);
       if (!fact_kept && row.method == "3-factor" && row.mode == "exact" && row.budget == report_budget) {
@@ -295,6 +298,7 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
                      {"accuracy", r.correct / n}, {"fact_kept", r.fact_kept / n},
                      {"accuracy_when_fact_kept", r.fact_kept ? double(r.correct_fact_kept) / r.fact_kept : 0.0},
                      {"prefill_fraction", r.prefill / n}, {"selected_fraction", r.selected / n},
+                     {"probe_fraction", r.probe / n},
                      {"ttft_ms_median", Median(r.ttft_ms)},
                      {"scoring_ms_per_turn_median", Median(r.scoring_ms_per_turn)}});
   }
@@ -307,6 +311,8 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
     j["relevance"] = c.relevance;
     j["preset"] = c.preset;
     j["keep_last"] = c.keep_last;
+    j["hidden_layer"] = c.hidden_layer;
+    j["attention_layers"] = c.attention_layers;
     j["seed"] = c.seed;
     j["precision"] = c.runtime.precision;
     j["kv_dtype"] = DTypeName(rt.kv_dtype);
@@ -318,12 +324,12 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
   }
   std::printf("model %s, eval %s: %d conversations, relevance %s, preset %s, %.1f s\n", c.model.c_str(),
               c.eval.c_str(), n_conv, c.relevance.c_str(), c.preset.c_str(), wall);
-  std::printf("%-11s %6s %-5s %8s %9s %8s %8s %8s %9s\n", "method", "budget", "mode", "accuracy", "fact_kept",
-              "prefill", "selected", "ttft_ms", "score_ms");
+  std::printf("%-11s %6s %-5s %8s %9s %8s %8s %8s %8s %9s\n", "method", "budget", "mode", "accuracy", "fact_kept",
+              "prefill", "probe", "selected", "ttft_ms", "score_ms");
   for (const auto& r : jrows) {
-    std::printf("%-11s %6.2f %-5s %8.3f %9.3f %8.3f %8.3f %8.2f %9.4f\n", r["method"].get<std::string>().c_str(),
+    std::printf("%-11s %6.2f %-5s %8.3f %9.3f %8.3f %8.3f %8.3f %8.2f %9.4f\n", r["method"].get<std::string>().c_str(),
                 r["budget"].get<double>(), r["mode"].get<std::string>().c_str(), r["accuracy"].get<double>(),
-                r["fact_kept"].get<double>(), r["prefill_fraction"].get<double>(),
+                r["fact_kept"].get<double>(), r["prefill_fraction"].get<double>(), r["probe_fraction"].get<double>(),
                 r["selected_fraction"].get<double>(), r["ttft_ms_median"].get<double>(),
                 r["scoring_ms_per_turn_median"].get<double>());
   }

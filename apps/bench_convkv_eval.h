@@ -23,6 +23,8 @@ struct ConvkvEvalConfig {
   uint64_t seed = 1;                       // random baseline
   int max_tokens = 12;                     // generated per answer (the answer is its first line)
   int keep_last = 1;                       // newest turns always kept
+  int hidden_layer = -1;                   // ServiceConfig::hidden_layer (relevance hidden)
+  int attention_layers = 0;                // ServiceConfig::attention_layers (relevance attention)
   bool verbose = false;                    // per-conversation lines on stderr
   bool json = false;
   RuntimeFlags runtime;

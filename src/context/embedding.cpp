@@ -69,6 +69,22 @@ std::vector<float> IdfEmbedder::Embed(std::span<const int32_t> tokens) {
   return out;
 }
 
+FunctionEmbedder::FunctionEmbedder(Fn fn, int dim, uint64_t stamp)
+    : fn_(std::move(fn)), dim_(dim), stamp_(stamp) {
+  MNEMO_CHECK_MSG(dim > 0, "FunctionEmbedder: dim must be positive");
+  MNEMO_CHECK_MSG(static_cast<bool>(fn_), "FunctionEmbedder: empty function");
+}
+
+std::vector<float> FunctionEmbedder::Embed(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return std::vector<float>(dim_, 0.0f);
+  auto r = fn_(tokens);
+  if (!r.ok()) {
+    last_error_ = r.error().message;
+    return {};
+  }
+  return std::move(r.value());
+}
+
 double CosineSimilarity(std::span<const float> a, std::span<const float> b) {
   MNEMO_CHECK_MSG(a.size() == b.size(), "CosineSimilarity: length mismatch");
   double dot = 0, na = 0, nb = 0;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -96,6 +97,29 @@ class IdfEmbedder final : public Embedder {
   int dim_;                 // embedding length
   const IdfStats* stats_;   // not owned; may be null
   std::vector<float> row_;  // [dim] scratch for one looked-up row
+};
+
+// An embedding computed by a function the caller provides, e.g. the model's hidden state at a
+// middle layer mean-pooled over the tokens (the service runs it on the engine thread through
+// Engine::Probe). A failed call gives an empty vector (ScoreTurns then reports the length error)
+// and keeps its message in last_error().
+class FunctionEmbedder final : public Embedder {
+ public:
+  using Fn = std::function<Result<std::vector<float>>(std::span<const int32_t> tokens)>;
+  // dim > 0 (checked); stamp: tells this function's vectors from other embedders' in a TurnCache
+  // (IdfStats stamps count up from 1, so use one with the top bit set).
+  FunctionEmbedder(Fn fn, int dim, uint64_t stamp);
+
+  std::vector<float> Embed(std::span<const int32_t> tokens) override;
+  int dim() const override { return dim_; }
+  uint64_t stamp() const override { return stamp_; }
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  Fn fn_;
+  int dim_;
+  uint64_t stamp_;
+  std::string last_error_;
 };
 
 // Cosine similarity of two equal-length vectors in [-1, 1] (accumulated in double); 0 when either

@@ -26,6 +26,8 @@ constexpr std::pair<RelevanceKind, std::string_view> kRelevanceNames[] = {
     {RelevanceKind::kEmbedding, "embedding"},
     {RelevanceKind::kCentred, "centred"},
     {RelevanceKind::kWhitened, "whitened"},
+    {RelevanceKind::kHidden, "hidden"},
+    {RelevanceKind::kAttention, "attention"},
 };
 
 // Distinct words of `tokens`, as hashes of their folded token ids, ascending (scoring.h: keyword).
@@ -141,7 +143,7 @@ Result<RelevanceKind> ParseRelevanceKind(std::string_view name) {
   for (const auto& [kind, n] : kRelevanceNames) {
     if (n == name) return kind;
   }
-  return MakeError("context: unknown relevance '%.*s' (keyword, embedding, centred, whitened)",
+  return MakeError("context: unknown relevance '%.*s' (keyword, embedding, centred, whitened, hidden, attention)",
                    static_cast<int>(name.size()), name.data());
 }
 
@@ -242,6 +244,10 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
   MNEMO_TRY(options.Validate());
   MNEMO_TRY(ValidateTurns(turns, static_cast<int>(log.size())));
   if (embedder.dim() <= 0) return MakeError("context: embedder dim %d must be > 0", embedder.dim());
+  if (options.relevance == RelevanceKind::kAttention && !query.empty() && options.attention_mass.size() != log.size()) {
+    return MakeError("context: attention relevance needs %zu attention masses (one per history position), got %zu",
+                     log.size(), options.attention_mass.size());
+  }
 
   TurnCache local;
   TurnCache& c = cache ? *cache : local;
@@ -262,6 +268,18 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
     std::vector<std::vector<int64_t>> sets(n_turns);  // [T] distinct words of each turn
     for (int i = 0; i < n_turns; ++i) sets[i] = WordSet(log.subspan(turns[i].begin, turns[i].size()), options);
     relevance = KeywordRelevance(sets, WordSet(query, options));
+  } else if (!query.empty() && options.relevance == RelevanceKind::kAttention) {
+    // The scale is the best turn but the newest: that one sits next to the message and draws
+    // attention by locality whatever it says (the largest mass in every CI recall case, 1.3-3x
+    // the fact's), which would squeeze every older turn's relevance. It is clamped to 1.
+    double best = 0;
+    for (int i = 0; i < n_turns; ++i) {
+      double a = 0;
+      for (int p = std::max(1, turns[i].begin); p < turns[i].end; ++p) a += options.attention_mass[p];
+      relevance[i] = std::isfinite(a) ? std::max(0.0, a) : 0.0;
+      if (i + 1 < n_turns || n_turns == 1) best = std::max(best, relevance[i]);
+    }
+    for (double& r : relevance) r = best > 0 ? std::min(1.0, r / best) : 0.0;
   } else if (!query.empty()) {
     std::vector<float> q = embedder.Embed(query);  // [dim]
     const int dim = embedder.dim();

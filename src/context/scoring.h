@@ -28,6 +28,16 @@
 //                    non-empty turns (diagonal whitening; dimensions with std 0 are dropped).
 //                    Measured on the recall model (docs/benchmarks-convkv.md): keyword keeps the
 //                    turn that answers the question far more often than the embedding variants.
+//     hidden         as centred, over whatever the embedder gives; the caller passes one that
+//                    returns the model's hidden state at a middle layer mean-pooled over the tokens
+//                    (each turn run alone from position 0: FunctionEmbedder over Engine::Probe), so a
+//                    turn is embedded once per conversation like the IDF embedding.
+//     attention      min(1, a(i) / max_{j < T-1} a(j)) (the newest turn is left out of the scale:
+//                    it draws attention by locality), a(i) = sum over the turn's positions p > 0 of
+//                    ScoringOptions::attention_mass[p]: how much the new message's tokens, run after
+//                    the whole history, attend to each turn (Engine::Probe; position 0 is left out:
+//                    models park attention there whatever its content, an attention sink). Costs a
+//                    prefill of the whole history, which selection is meant to save.
 //   information(i) = (1 - s) * diversity(i) + s * novelty(i),   s = novelty_share (default 0.5)
 //     diversity(i) = H_i / ln(n_i): the entropy of the turn's token distribution (natural log, over
 //                    its distinct tokens with p = count / n_i) normalized by its maximum for n_i
@@ -70,8 +80,8 @@ Status ValidateWeights(const ScoreWeights& w);
 Result<ScoreWeights> WeightPreset(std::string_view name);
 std::span<const std::string_view> WeightPresetNames();
 
-enum class RelevanceKind { kKeyword, kEmbedding, kCentred, kWhitened };
-// "keyword", "embedding", "centred", "whitened"; unknown name -> Error.
+enum class RelevanceKind { kKeyword, kEmbedding, kCentred, kWhitened, kHidden, kAttention };
+// "keyword", "embedding", "centred", "whitened", "hidden", "attention"; unknown name -> Error.
 std::string_view RelevanceKindName(RelevanceKind k);
 Result<RelevanceKind> ParseRelevanceKind(std::string_view name);
 
@@ -85,6 +95,9 @@ struct ScoringOptions {
                                       // current word, -1 = it is in no word (punctuation, control
                                       // tokens). Ids outside it: 1. Empty: every token is a word.
                                       // Not owned.
+  std::span<const float> attention_mass;  // attention only: [log.size()] the new message's
+                                          // attention on each history position (Engine::Probe's
+                                          // attn_mass over the history). Not owned.
   double recency_tau = 8.0;    // turns; finite, > 0
   double novelty_share = 0.5;  // s in information = (1 - s) * diversity + s * novelty; in [0, 1]
 

@@ -112,6 +112,25 @@ struct EngineStats {
   CostModel policy_cost;               // the cost model the eviction policy uses now
 };
 
+// A model pass for a scorer (selective context's hidden-state and attention relevance): `tokens`
+// run from position 0 in KV private to the call (no session, no cache, nothing kept), with taps
+// (model/model.h ForwardTaps). Costs one prefill of tokens.size() positions through the layers
+// asked for, on the engine thread between steps (running turns wait for it).
+struct ProbeRequest {
+  std::vector<int32_t> tokens;                     // [n], 1 <= n <= the engine's max_context
+  std::vector<std::pair<int, int>> pool_spans;     // rows [begin, end) whose hidden states are averaged
+  int hidden_layer = -1;                           // block whose output is pooled; -1: none (spans ignored)
+  int attn_from = -1;                              // rows [attn_from, n) are the question whose
+                                                   // attention mass is summed; -1: none
+  int attn_layer_begin = 0, attn_layer_end = -1;   // layers averaged (end -1: n_layers)
+};
+struct ProbeResult {
+  std::vector<std::vector<float>> pooled;  // [pool_spans][dim] mean hidden state (zeros: empty span)
+  std::vector<float> attn_mass;            // [n] ForwardTaps::attn_mass (empty unless attn_from >= 0)
+  int layers_run = 0;                      // blocks computed (the pass stops after the last one needed)
+  double seconds = 0;                      // engine-thread time of the pass
+};
+
 class Engine {
  public:
   // model and tokenizer must outlive the engine. Starts the engine thread.
@@ -124,6 +143,7 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   int max_context() const { return max_context_; }
+  const ModelConfig& model_config() const { return model_.config(); }
 
   // ---- sessions (thread-safe; run on the engine thread) ----
   // Errors carry a StatusCode: kNotFound (unknown session), kFailedPrecondition (a turn is in
@@ -174,6 +194,9 @@ class Engine {
   // (Submit decides for good: this is the check a server makes before spending any work).
   Status CheckAdmission() const;
   QueueState Queue() const;
+  // Runs a probe pass (ProbeRequest). Errors: kInvalidArgument (empty or too long input, token ids,
+  // spans or layers out of range), kUnavailable.
+  Result<ProbeResult> Probe(const ProbeRequest& req);
 
  private:
   struct Running;
@@ -235,6 +258,7 @@ class Engine {
   std::vector<std::unique_ptr<Running>> running_;
   std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first
   std::vector<float> logits_;
+  std::unique_ptr<KvStorage> probe_kv_;  // Probe's private F32 KV, grown to the longest probe
   std::vector<TransferOp> transfer_group_ops_;  // swap-ins of turns admitted this step
   std::vector<Running*> plan_turns_;  // the step plan's turns by index: running ones, then admissions
   bool disk_scanned_ = false;

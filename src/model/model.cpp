@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/block.h"
+
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 
@@ -142,7 +144,7 @@ void Model::Embed(const Batch& batch, float* x) const {
   }
 }
 
-void Model::AttentionBlock(const Layer& L, int l, const Batch& batch, KvStorage& kv) {
+void Model::AttentionBlock(const Layer& L, int l, const Batch& batch, KvStorage& kv, ForwardTaps* taps) {
   const ModelConfig& c = config_;
   const int n = batch.n_tokens();
   const int q_dim = c.q_dim(), kv_dim = c.kv_dim(), qkv_dim = q_dim + 2 * kv_dim;
@@ -189,10 +191,58 @@ void Model::AttentionBlock(const Layer& L, int l, const Batch& batch, KvStorage&
   opt.window = L.sliding_window;
   opt.softcap = c.attn_softcap;
   kernels::PagedAttention(q, pos, seqs.data(), static_cast<int>(seqs.size()), layer, c.n_heads, scale, att, opt);
+  if (taps && taps->attn_seq >= 0 && l >= taps->attn_layer_begin &&
+      l < (taps->attn_layer_end < 0 ? c.n_layers : taps->attn_layer_end)) {
+    AttentionMass(L, batch, layer, scale, *taps);
+  }
   // output projection, post-norm, residual
   L.wo.Forward(att, n, proj);
   if (!L.attn_post_norm.empty()) kernels::RmsNorm(proj, L.attn_post_norm.data(), n, c.dim, c.rms_eps, proj);
   kernels::AddInPlace(x, proj, size_t(n) * c.dim);
+}
+
+void Model::AttentionMass(const Layer& L, const Batch& batch, const kernels::PagedKvLayer& kv, float scale,
+                          ForwardTaps& taps) const {
+  const ModelConfig& c = config_;
+  const BatchSeq& s = batch.seqs[taps.attn_seq];
+  const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const int layer_end = taps.attn_layer_end < 0 ? c.n_layers : taps.attn_layer_end;
+  const float share = 1.0f / (static_cast<float>(c.n_heads) * (layer_end - taps.attn_layer_begin));
+  // This sequence's keys as F32, gathered once through its block table: [n_kv_heads, n_ctx, head_dim].
+  std::vector<float> keys(size_t(c.n_kv_heads) * s.n_ctx * hd);
+  const size_t elem = DTypeBytes(kv.dtype, 1);
+  for (int p = 0; p < s.n_ctx; p++) {
+    const int32_t block = s.block_table[p / kBlockTokens];
+    for (int g = 0; g < c.n_kv_heads; g++) {
+      // Pool layout [n_blocks, 2 (K, V), n_kv_heads, kBlockTokens, head_dim]: K is plane 0.
+      const size_t off = ((size_t(block) * 2 * c.n_kv_heads + g) * kBlockTokens + p % kBlockTokens) * hd;
+      ToF32(kv.dtype, static_cast<const uint8_t*>(kv.base) + off * elem, keys.data() + (size_t(g) * s.n_ctx + p) * hd, hd);
+    }
+  }
+  std::vector<float> prob(s.n_ctx);  // [n_ctx] one row's scores, then probabilities
+  for (int r = taps.attn_row_begin; r < s.n_q; r++) {
+    const int row = s.q_begin + r;
+    const int p_max = std::min(batch.positions[row], s.n_ctx - 1);
+    const int p_min = L.sliding_window > 0 ? std::max(0, batch.positions[row] - L.sliding_window + 1) : 0;
+    if (p_max < p_min) continue;
+    for (int h = 0; h < c.n_heads; h++) {
+      const float* qh = s_.q.data() + (size_t(row) * c.n_heads + h) * hd;
+      const float* kh = keys.data() + size_t(h / group) * s.n_ctx * hd;
+      float mx = -INFINITY;
+      for (int p = p_min; p <= p_max; p++) {
+        float dot = 0;
+        for (int d = 0; d < hd; d++) dot += qh[d] * kh[size_t(p) * hd + d];
+        dot *= scale;
+        if (c.attn_softcap > 0) dot = c.attn_softcap * std::tanh(dot / c.attn_softcap);
+        prob[p] = dot;
+        mx = std::max(mx, dot);
+      }
+      double sum = 0;
+      for (int p = p_min; p <= p_max; p++) sum += prob[p] = std::exp(prob[p] - mx);
+      const float w = share / static_cast<float>(sum);
+      for (int p = p_min; p <= p_max; p++) taps.attn_mass[p] += prob[p] * w;
+    }
+  }
 }
 
 void Model::FeedForwardBlock(const Layer& L, int n) {
@@ -237,7 +287,7 @@ void Model::Head(const Batch& batch, std::vector<float>& logits) {
 }
 
 void Model::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits,
-                    const std::function<void(int)>& before_layer) {
+                    const std::function<void(int)>& before_layer, ForwardTaps* taps) {
   const ModelConfig& c = config_;
   const int n = batch.n_tokens();
   MNEMO_CHECK(n > 0);
@@ -246,10 +296,29 @@ void Model::Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logit
   Grow(s_.x, size_t(n) * c.dim);  // [n, dim] residual stream
   Grow(s_.h, size_t(n) * c.dim);  // [n, dim] normed input of a sublayer
   Embed(batch, s_.x.data());
-  for (int l = 0; l < c.n_layers; l++) {
+  int last = c.n_layers - 1;
+  if (taps) {
+    MNEMO_CHECK(taps->hidden_layer < c.n_layers && taps->stop_after_layer < c.n_layers);
+    if (taps->stop_after_layer >= 0) last = taps->stop_after_layer;
+    MNEMO_CHECK(taps->hidden_layer <= last);
+    if (taps->attn_seq >= 0) {
+      MNEMO_CHECK(taps->attn_seq < static_cast<int>(batch.seqs.size()));
+      const BatchSeq& s = batch.seqs[taps->attn_seq];
+      const int end = taps->attn_layer_end < 0 ? c.n_layers : taps->attn_layer_end;
+      MNEMO_CHECK(taps->attn_row_begin >= 0 && taps->attn_row_begin <= s.n_q);
+      MNEMO_CHECK(taps->attn_layer_begin >= 0 && taps->attn_layer_begin < end && end <= last + 1);
+      taps->attn_mass.assign(s.n_ctx, 0.0f);
+    }
+  }
+  for (int l = 0; l <= last; l++) {
     if (before_layer) before_layer(l);
-    AttentionBlock(layers_[l], l, batch, kv);
+    AttentionBlock(layers_[l], l, batch, kv, taps);
     FeedForwardBlock(layers_[l], n);
+    if (taps && taps->hidden_layer == l) taps->hidden.assign(s_.x.begin(), s_.x.begin() + size_t(n) * c.dim);
+  }
+  if (last < c.n_layers - 1) {
+    logits.clear();
+    return;
   }
   Head(batch, logits);
 }

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "format/model_file.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/ops.h"
 #include "kv/kv_storage.h"
@@ -42,6 +43,32 @@ class ConcatLinear {
   int out_ = 0;
 };
 
+// Optional outputs of one Forward step that read the model's internals (selective context's
+// hidden-state and attention relevance, context/probe.h). Forward given none does exactly what it
+// did without this struct: every tap is one branch on a null pointer per layer.
+struct ForwardTaps {
+  // Residual stream after block `hidden_layer` (0-based; -1: not wanted), every batch row:
+  // hidden [n_tokens, dim]. Block n_layers - 1 gives the input of the final norm.
+  int hidden_layer = -1;
+  std::vector<float> hidden;
+  // Attention mass of the query rows [attn_row_begin, n_q) of batch sequence `attn_seq` (-1: not
+  // wanted) onto each key position: attn_mass[p] = sum over those rows and the query heads of the
+  // softmax probability on p, divided by n_heads and by the number of layers in
+  // [attn_layer_begin, attn_layer_end) (end -1: n_layers). Each row then contributes 1 in total:
+  // sum_p attn_mass[p] = n_q - attn_row_begin. attn_mass: [n_ctx of that sequence]. Costs a second
+  // pass over the visible keys per wanted row and head (q . k, the fused kernel never keeps its
+  // probabilities), so O(rows * n_heads * n_ctx * head_dim) per layer.
+  int attn_seq = -1;
+  int attn_row_begin = 0;
+  int attn_layer_begin = 0;
+  int attn_layer_end = -1;
+  std::vector<float> attn_mass;
+  // Stop after block `stop_after_layer` (-1: run every block): later blocks and the head are
+  // skipped, `logits` is left empty and later layers' KV is not written. For a probe that needs
+  // only the first blocks (the cost falls to (stop_after_layer + 1) / n_layers of a pass).
+  int stop_after_layer = -1;
+};
+
 class Model {
  public:
   // Prepares the weights of `file` (which must outlive the model: embeddings stay mmapped).
@@ -56,9 +83,10 @@ class Model {
   // Every block a sequence's table names for positions < n_ctx must hold valid KV for positions not
   // written by this step. before_layer(l), if set, is called before layer l touches the KV pool
   // (the engine waits there for that layer's swap-ins). Not thread-safe (one engine thread); uses
-  // NumThreads() threads inside.
+  // NumThreads() threads inside. taps (may be null): extra outputs, see ForwardTaps; checked
+  // (MNEMO_CHECK) against the batch.
   void Forward(const Batch& batch, KvStorage& kv, std::vector<float>& logits,
-               const std::function<void(int)>& before_layer = {});
+               const std::function<void(int)>& before_layer = {}, ForwardTaps* taps = nullptr);
 
   // Moves cached keys of layer `layer` by `delta` positions: k: [n_heads, head_dim] as stored
   // (already rotated for position p), rotated in place to position p + delta. Exact for every rope
@@ -90,7 +118,11 @@ class Model {
 
   Model() = default;
   void Embed(const Batch& batch, float* x) const;
-  void AttentionBlock(const Layer& layer, int l, const Batch& batch, KvStorage& kv);
+  void AttentionBlock(const Layer& layer, int l, const Batch& batch, KvStorage& kv, ForwardTaps* taps);
+  // Adds layer l's attention probabilities of taps->attn_seq's wanted rows to taps->attn_mass
+  // (q: this step's roped queries [n, n_heads, head_dim]; the step's K already written).
+  void AttentionMass(const Layer& layer, const Batch& batch, const kernels::PagedKvLayer& kv, float scale,
+                     ForwardTaps& taps) const;
   void FeedForwardBlock(const Layer& layer, int n);
   void Head(const Batch& batch, std::vector<float>& logits);
 

@@ -122,10 +122,56 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
     if (state->counted.insert(context::HashTokens(toks)).second) state->stats.AddDocument(toks);
   }
   state->stats.MaybePublish();
-  context::IdfEmbedder embedder(config_.embed, config_.embed_dim, &state->stats);
+  context::IdfEmbedder idf_embedder(config_.embed, config_.embed_dim, &state->stats);
   std::vector<int32_t> query = tok_.Encode(msgs.back().content, false);
+  // Model-internal relevance runs passes on the engine thread (Engine::Probe).
+  const ModelConfig& mc = engine_.model_config();
+  const int hidden_layer = config_.hidden_layer >= 0 ? std::min(config_.hidden_layer, mc.n_layers - 1) : mc.n_layers / 2;
+  int64_t probe_tokens = 0;
+  std::string probe_error;
+  context::FunctionEmbedder hidden_embedder(
+      [&](std::span<const int32_t> toks) -> Result<std::vector<float>> {
+        ProbeRequest pr;
+        pr.tokens.assign(toks.begin(), toks.end());
+        pr.hidden_layer = hidden_layer;
+        pr.pool_spans = {{0, static_cast<int>(toks.size())}};
+        probe_tokens += static_cast<int64_t>(toks.size());
+        auto r = engine_.Probe(pr);
+        if (!r.ok()) return r.error();
+        return std::move(r->pooled[0]);
+      },
+      mc.dim, (uint64_t{1} << 63) | static_cast<uint64_t>(hidden_layer));
+  std::vector<float> attention_mass;  // [hist.size()] (attention relevance)
+  if (*relevance == context::RelevanceKind::kAttention && !query.empty() && !hist.empty()) {
+    // The history and the new message as the model will see them; the message's rows attend.
+    auto full = Render(spec);
+    if (auto* e = std::get_if<ApiError>(&full)) return *e;
+    std::vector<int32_t> probe_toks = std::get<0>(full);
+    if (probe_toks.size() <= hist.size() || !std::equal(hist.begin(), hist.end(), probe_toks.begin())) {
+      probe_toks = hist;  // the rendering is not prefix-stable here: the message's raw tokens follow
+      probe_toks.insert(probe_toks.end(), query.begin(), query.end());
+    }
+    ProbeRequest pr;
+    pr.tokens = std::move(probe_toks);
+    pr.attn_from = static_cast<int>(hist.size());
+    pr.attn_layer_end = config_.attention_layers > 0 ? std::min(config_.attention_layers, mc.n_layers) : -1;
+    probe_tokens += static_cast<int64_t>(pr.tokens.size());
+    auto r = engine_.Probe(pr);
+    if (!r.ok()) return ToApiError(r.error(), "attention relevance: ");
+    attention_mass.assign(r->attn_mass.begin(), r->attn_mass.begin() + hist.size());
+    opts.attention_mass = attention_mass;
+  }
+  context::Embedder& embedder = *relevance == context::RelevanceKind::kHidden
+                                    ? static_cast<context::Embedder&>(hidden_embedder)
+                                    : static_cast<context::Embedder&>(idf_embedder);
   auto scores = context::ScoreTurns(hist, turns, query, embedder, opts, &state->cache);
-  if (!scores.ok()) return ToApiError(scores.error(), "scoring the turns: ");
+  if (!scores.ok()) {
+    if (!hidden_embedder.last_error().empty()) {
+      return ToApiError(MakeError(StatusCode::kInternal, "%s", hidden_embedder.last_error().c_str()), "hidden relevance: ");
+    }
+    return ToApiError(scores.error(), "scoring the turns: ");
+  }
+  report.probe_tokens = probe_tokens;
   report.scoring_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count();
   report.method = spec.context.method;
   report.relevance = spec.context.relevance;

@@ -304,7 +304,7 @@ std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx) {
   if (auto it = body.find("context_relevance"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return BadRequest("'context_relevance' must be a string", "context_relevance", "invalid_type");
     if (!context::ParseRelevanceKind(it->get<std::string>()).ok()) {
-      return BadRequest("'context_relevance' must be 'keyword', 'embedding', 'centred' or 'whitened'",
+      return BadRequest("'context_relevance' must be 'keyword', 'embedding', 'centred', 'whitened', 'hidden' or 'attention'",
                         "context_relevance", "invalid_value");
     }
     ctx->relevance = it->get<std::string>();
@@ -337,6 +337,7 @@ Json ContextJson(const ContextReport& r) {
     j["method"] = r.method;
     j["relevance"] = r.relevance;
     j["scoring_ms"] = r.scoring_ms;
+    j["probe_tokens"] = r.probe_tokens;
   }
   return j;
 }

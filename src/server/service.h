@@ -54,7 +54,7 @@ struct ContextRequest {
   std::string method = "score";    // ranking (context::ParseSelectionMethod): score (3-factor),
                                    // relevance, recency, recent-only, random
   std::string relevance = "keyword";  // relevance factor (context::ParseRelevanceKind): keyword,
-                                      // embedding, centred, whitened
+                                      // embedding, centred, whitened, hidden, attention
   uint64_t seed = 0;               // method "random" only
   bool scores = false;             // report every turn's score (include "mnemo_context.scores")
 };
@@ -70,6 +70,9 @@ struct ContextReport {
   std::string method, relevance;           // how the turns were ranked
   double scoring_ms = 0;                   // time spent scoring the turns (segmentation included)
   int n_turns = 0;                         // turns of the history (kept + dropped)
+  int64_t probe_tokens = 0;                // positions the model ran to score the turns
+                                           // (hidden: turns not yet embedded + the message;
+                                           // attention: the whole history + the message)
 };
 
 struct TurnSpec {
@@ -115,6 +118,10 @@ struct ServiceConfig {
   // from their text.
   uint64_t token_identity = 0;
   bool render_windows = true;      // fast paths that render a window (turn_window.h), when the template allows
+  // Model-internal relevance (context_relevance "hidden" / "attention", through Engine::Probe):
+  int hidden_layer = -1;           // block whose output is pooled; -1: n_layers / 2
+  int attention_layers = 0;        // attention averaged over blocks [0, this); 0: all. Fewer
+                                   // blocks cost less: the probe stops after the last one.
 };
 
 // The tables keyword relevance needs (context::ScoringOptions::fold and word_kind) for a

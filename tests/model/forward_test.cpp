@@ -192,3 +192,131 @@ TEST(Rerotation, KeysRerotatedFromPToPPrimeEqualKeysComputedAtPPrime) {
 
 }  // namespace
 }  // namespace mnemo::testing
+
+namespace mnemo::testing {
+namespace {
+
+// [rows, cols] of a weight as F32.
+std::vector<float> F32(const TensorRef& t) {
+  std::vector<float> v(size_t(t.rows) * t.cols);
+  ToF32(t.dtype, t.data, v.data(), v.size());
+  return v;
+}
+
+// y = RmsNorm(x) * w for one row of n, in double.
+std::vector<double> RmsRow(const float* x, const std::vector<float>& w, int n, float eps) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += double(x[i]) * x[i];
+  const double inv = 1.0 / std::sqrt(ss / n + eps);
+  std::vector<double> y(n);
+  for (int i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+  return y;
+}
+
+// W [out, in] times a row.
+std::vector<float> MatRow(const std::vector<float>& w, int out, int in, const std::vector<double>& x) {
+  std::vector<float> y(out);
+  for (int o = 0; o < out; o++) {
+    double s = 0;
+    for (int i = 0; i < in; i++) s += double(w[size_t(o) * in + i]) * x[i];
+    y[o] = float(s);
+  }
+  return y;
+}
+
+// The taps (ForwardTaps) read what the pass computes without changing it: the logits with taps are
+// the logits without, the attention mass of layer 1 equals a scalar recomputation from layer 0's
+// tapped output and the file's weights, the last layer's hidden state gives the logits through
+// the file's final norm and classifier, and a pass stopped early taps the same hidden state.
+TEST(ForwardTaps, HiddenStateAndAttentionMassMatchAScalarRecomputation) {
+  Loaded l = Load("models/stories260K/stories260K.gguf", "", kernels::Precision::kF32);
+  Model& m = *l.model;
+  const ModelConfig& c = m.config();
+  auto tokens = StoryTokens();
+  const int n = 70, q_from = 60;
+  tokens.resize(n);
+  auto run = [&](ForwardTaps* taps, std::vector<float>& logits) {
+    KvStorage kv(m.kv_shape(DType::F32), 4);
+    Batch b;
+    std::vector<int32_t> pos(n);
+    std::iota(pos.begin(), pos.end(), 0);
+    b.Add(tokens.data(), pos.data(), n, true);
+    b.seqs[0].block_table = {2, 0, 3};  // scattered on purpose
+    b.seqs[0].n_ctx = n;
+    m.Forward(b, kv, logits, {}, taps);
+  };
+  std::vector<float> plain, tapped, last_logits, stopped_logits;
+  run(nullptr, plain);
+  ForwardTaps t;
+  t.hidden_layer = 0;
+  t.attn_seq = 0;
+  t.attn_row_begin = q_from;
+  t.attn_layer_begin = 1;
+  t.attn_layer_end = 2;
+  run(&t, tapped);
+  EXPECT_EQ(plain, tapped);  // bit for bit
+  ASSERT_EQ(t.hidden.size(), size_t(n) * c.dim);
+  ASSERT_EQ(t.attn_mass.size(), size_t(n));
+  double total = 0;
+  for (float a : t.attn_mass) total += a;
+  EXPECT_NEAR(total, n - q_from, 1e-4);  // each question row contributes 1
+
+  // Layer 1's attention probabilities from layer 0's output, in double.
+  const LayerWeights& lw = l.file->weights().layers[1];
+  ASSERT_TRUE(lw.wq.present() && lw.wk.present());
+  const std::vector<float> wq = F32(lw.wq), wk = F32(lw.wk), norm = F32(lw.attn_norm);
+  const int hd = c.head_dim;
+  std::vector<std::vector<float>> q(n), k(n);  // [n][q_dim], [n][kv_dim], roped
+  for (int p = 0; p < n; p++) {
+    auto h = RmsRow(t.hidden.data() + size_t(p) * c.dim, norm, c.dim, c.rms_eps);
+    q[p] = MatRow(wq, c.q_dim(), c.dim, h);
+    k[p] = MatRow(wk, c.kv_dim(), c.dim, h);
+    kernels::Rope(q[p].data(), &p, 1, c.n_heads, hd, c.rope_dims, c.rope_theta);
+    kernels::Rope(k[p].data(), &p, 1, c.n_kv_heads, hd, c.rope_dims, c.rope_theta);
+  }
+  std::vector<double> want(n, 0.0);
+  for (int r = q_from; r < n; r++) {
+    for (int h = 0; h < c.n_heads; h++) {
+      const int g = h / (c.n_heads / c.n_kv_heads);
+      std::vector<double> s(r + 1);
+      double mx = -1e300, sum = 0;
+      for (int p = 0; p <= r; p++) {
+        double d = 0;
+        for (int i = 0; i < hd; i++) d += double(q[r][h * hd + i]) * k[p][g * hd + i];
+        s[p] = d / std::sqrt(double(hd));
+        mx = std::max(mx, s[p]);
+      }
+      for (int p = 0; p <= r; p++) sum += s[p] = std::exp(s[p] - mx);
+      for (int p = 0; p <= r; p++) want[p] += s[p] / sum / c.n_heads;
+    }
+  }
+  double worst = 0;
+  for (int p = 0; p < n; p++) worst = std::max(worst, std::fabs(want[p] - t.attn_mass[p]));
+  EXPECT_LE(worst, 1e-4);
+
+  // The last block's output through the final norm and the classifier gives the logits.
+  ForwardTaps last;
+  last.hidden_layer = c.n_layers - 1;
+  run(&last, last_logits);
+  const std::vector<float> out_norm = F32(l.file->weights().output_norm), out = F32(l.file->weights().output);
+  double worst_logit = 0;
+  for (int p : {0, 33, n - 1}) {
+    auto h = RmsRow(last.hidden.data() + size_t(p) * c.dim, out_norm, c.dim, c.rms_eps);
+    auto y = MatRow(out, c.vocab_size, c.dim, h);
+    for (int v = 0; v < c.vocab_size; v++) {
+      worst_logit = std::max(worst_logit, double(std::fabs(y[v] - plain[size_t(p) * c.vocab_size + v])));
+    }
+  }
+  EXPECT_LE(worst_logit, 1e-3);
+
+  // Stopped after block 0: no logits, the same hidden state.
+  ForwardTaps stopped;
+  stopped.hidden_layer = 0;
+  stopped.stop_after_layer = 0;
+  run(&stopped, stopped_logits);
+  EXPECT_TRUE(stopped_logits.empty());
+  EXPECT_EQ(stopped.hidden, t.hidden);
+}
+
+}  // namespace
+}  // namespace mnemo::testing

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -148,6 +149,79 @@ TEST(ContextRecall, HalfTheHistoryAnswersAsTheWholeDoesInExactAndReuseMode) {
       EXPECT_TRUE(report.applied && Kept(report, c.fact_turn)) << mode;
     }
     for (const auto& v : s.Sessions("")) (void)s.DeleteSession(v.id, "");
+  }
+}
+
+ContextReport Scored(const Case& c, const char* relevance) {
+  TurnSpec spec;
+  spec.messages = c.messages;
+  spec.context.budget = 0.5;
+  spec.context.mode = "exact";
+  spec.context.method = "relevance";
+  spec.context.relevance = relevance;
+  spec.context.scores = true;
+  auto r = F().service->SelectContext(spec, spec.context.budget);
+  EXPECT_TRUE(std::holds_alternative<ContextReport>(r));
+  return std::holds_alternative<ContextReport>(r) ? std::get<ContextReport>(r) : ContextReport{};
+}
+
+// Turns ranked above `turn` by relevance.
+int RankOf(const ContextReport& r, int turn) {
+  int above = 0;
+  for (const auto& s : r.scores) above += s.relevance > r.scores[turn].relevance;
+  return above;
+}
+
+// Attention relevance (Engine::Probe: the question's attention mass on each history turn, through
+// every layer, run after the whole history) on the first 60 conversations of the recall model's
+// eval.jsonl: it ranks the fact's turn first (no older turn above it) more often than the turn's
+// length does (the fact turns are longer than most: a mass spread evenly over the history would
+// rank them by length) and than the seed's IDF-weighted embedding. Also: the report counts the
+// probe (history + question, once per request).
+TEST(ContextRecall, AttentionRelevanceFindsTheFactsTurnMoreOftenThanLength) {
+  std::ifstream in(SharedPath("models/recall/eval.jsonl"));
+  ASSERT_TRUE(in.good());
+  int attention_first = 0, length_first = 0, embedding_first = 0, n = 0;
+  std::string line;
+  while (n < 60 && std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    Case c;
+    for (const auto& m : j["turns"]) c.messages.push_back({m["role"], m["content"]});
+    c.fact_turn = j["fact_turn"].get<int>() / 2 + 1;
+    const ContextReport a = Scored(c, "attention");
+    ASSERT_EQ(a.scores.size(), static_cast<size_t>(a.n_turns));
+    EXPECT_GT(a.probe_tokens, a.kept_tokens + a.dropped_tokens);
+    attention_first += RankOf(a, c.fact_turn) == 0;
+    embedding_first += RankOf(Scored(c, "embedding"), c.fact_turn) == 0;
+    // Length rank among the older turns (the newest one is always kept), by the messages' tokens.
+    auto len = [&](int t) {
+      return F().tok->Encode(c.messages[2 * (t - 1)].content + c.messages[2 * (t - 1) + 1].content, false).size();
+    };
+    int longer = 0;
+    for (int t = 1; t + 1 < a.n_turns; t++) longer += len(t) > len(c.fact_turn);
+    length_first += longer == 0;
+    n++;
+  }
+  std::printf("fact turn ranked first, of %d conversations: attention %d, length %d, IDF embedding %d\n", n,
+              attention_first, length_first, embedding_first);
+  EXPECT_GT(attention_first, length_first);
+  EXPECT_GT(attention_first, embedding_first);
+}
+
+// Hidden-state relevance embeds each turn once per conversation (one probe pass per turn, cached
+// with the conversation's scoring state): a second request of the same conversation runs only the
+// new message through the model.
+TEST(ContextRecall, HiddenRelevanceProbesEachTurnOnce) {
+  const Case c = LoadCases()[0];
+  const ContextReport first = Scored(c, "hidden");
+  const ContextReport second = Scored(c, "hidden");
+  ASSERT_TRUE(first.applied && second.applied);
+  const int64_t question = static_cast<int64_t>(F().tok->Encode(c.messages.back().content, false).size());
+  EXPECT_EQ(second.probe_tokens, question);
+  EXPECT_GT(first.probe_tokens, question);  // the turns too (no hidden state cached before)
+  for (size_t t = 1; t < second.scores.size(); t++) {
+    EXPECT_TRUE(std::isfinite(second.scores[t].relevance));
+    EXPECT_DOUBLE_EQ(first.scores[t].relevance, second.scores[t].relevance);
   }
 }
 
