@@ -358,7 +358,7 @@ SessionInfo Info(const Session& s, const CacheManager& cache, double now, bool w
   info.kv_tokens = cache.kv_tokens(s.id);
   for (Tier t : cache.Residency(s.id)) info.chunks_by_tier[static_cast<int>(t)]++;
   info.idle_seconds = now - s.last_active;
-  info.busy = s.busy;
+  info.busy = s.busy || s.composing > 0;  // a composition reading it holds it as a turn would
   return info;
 }
 }  // namespace

@@ -654,8 +654,13 @@ TEST(Engine, ComposeCopiesDoNotStallOtherTurns) {
   // the composition (then runs exactly).
   Status deleted;
   Result<std::shared_ptr<TurnHandle>> src_turn = MakeError("not submitted");
+  bool got_busy = false, listed_busy = false;  // what GetSession / ListSessions say of the source
   std::thread prober([&] {
     while (!w->held) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    auto info = (*e)->GetSession(src);
+    got_busy = info.ok() && info->busy;
+    auto listed = (*e)->ListSessions({src});
+    listed_busy = listed.size() == 1 && listed[0].busy;
     deleted = (*e)->DeleteSession(src);
     src_turn = (*e)->Submit(Greedy(src, {300, 301, 302}, 6));
     w->probed = true;
@@ -670,6 +675,8 @@ TEST(Engine, ComposeCopiesDoNotStallOtherTurns) {
   ASSERT_TRUE(same.ok()) << same.error().message;
   ASSERT_FALSE(deleted.ok());
   EXPECT_EQ(deleted.error().code, StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(got_busy) << "GetSession reported a composition's source as not busy";
+  EXPECT_TRUE(listed_busy) << "ListSessions reported a composition's source as not busy";
   ASSERT_TRUE(src_turn.ok()) << src_turn.error().message;
   std::vector<int32_t> src_ctx = log;
   src_ctx.insert(src_ctx.end(), {300, 301, 302});
