@@ -167,6 +167,7 @@ void RegisterBench(CLI::App& app) {
   RegisterBenchConvkv(bench);
   RegisterBenchServe(bench);
   RegisterBenchCache(bench);
+  RegisterBenchPolicy(bench);
   RegisterBenchTurns(bench);
   RegisterBenchGrammar(bench);
 }

@@ -52,6 +52,7 @@ void RegisterBenchMultiturn(CLI::App* bench);
 void RegisterBenchConvkv(CLI::App* bench);
 void RegisterBenchServe(CLI::App* bench);
 void RegisterBenchCache(CLI::App* bench);
+void RegisterBenchPolicy(CLI::App* bench);
 void RegisterBenchTurns(CLI::App* bench);
 void RegisterBenchGrammar(CLI::App* bench);
 void RegisterChat(CLI::App& app);

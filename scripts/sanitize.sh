@@ -25,7 +25,7 @@ for kind in "${kinds[@]}"; do
       dir=build-asan
       targets=(base_test tokenizer_test chat_test chat_tokens_test sampling_test context_test kv_test
                store_test format_test engine_test engine_window_test batch_plan_test cost_fit_test
-               scheduler_test)
+               scheduler_test policy_sim_test)
       env_vars=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 MNEMO_FUZZ_ITERS=2000
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
       ;;

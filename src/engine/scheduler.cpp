@@ -26,6 +26,10 @@ bool GrowOrWait(CacheManager& cache, const RunningTurn& r, std::vector<int32_t>*
 
 }  // namespace
 
+void MarkQueued(CacheManager& cache, std::span<const SessionId> queue, double now) {
+  for (size_t k = 0; k < queue.size(); k++) cache.MarkActive(queue[k], now - static_cast<double>(k) * kQueuePlaceSeconds);
+}
+
 StepPlan ScheduleStep(CacheManager& cache, std::span<const RunningTurn> running, std::span<const WaitingTurn> waiting,
                       const ScheduleLimits& limits, double now, CopyWaiter& copies) {
   StepPlan plan;

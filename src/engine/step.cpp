@@ -194,13 +194,11 @@ StepPlan Engine::Schedule(double now) {
   wait_.Pass(now, static_cast<int>(plan.admitted.size()), !waiting_.empty());
   running_.erase(std::remove(running_.begin(), running_.end(), nullptr), running_.end());
 
-  // The sessions of queued turns are about to be read: keep them from looking idle, or they
-  // become the policy's first victims exactly while they wait (the longer the queue, the more
-  // idle they look), and are recomputed at admission. Measured on llama-25m, 16 conversations of
-  // 8 users, T0 = 37% of the live KV: see docs/benchmarks.md §3c. Every 50 ms at most: O(waiting
-  // sessions' chunks) each time.
+  // Queued sessions are about to be read (MarkQueued), every 50 ms at most.
   if (now - last_waiting_touch_ >= 0.05) {
-    for (const auto& w : waiting_) cache_->MarkActive(w->session->id, now);
+    std::vector<SessionId> queue;
+    for (const auto& w : waiting_) queue.push_back(w->session->id);
+    MarkQueued(*cache_, queue, now);
     last_waiting_touch_ = now;
   }
   return plan;

@@ -327,3 +327,39 @@ TEST(Scheduler, BudgetGoesToDecodesThenRunningPrefillThenAdmissions) {
 
 }  // namespace
 }  // namespace mnemo
+
+namespace mnemo {
+namespace {
+
+// Queued sessions: the head is read first, so room is made from the tail's KV; a session idle
+// longer than the queue (a thinking user) still goes before any queued one. Both policies.
+TEST(Scheduler, RoomForTheHeadOfTheQueueComesFromItsTail) {
+  for (const char* name : {"pensieve", "lru"}) {
+    CacheManager cm({14, 0, 0, 0.1}, std::move(MakeEvictionPolicy(name, CostModel{1000.0, 10.0}).value()));
+    Idle(cm, 9, 2 * kBlockTokens, 0.0);  // a thinking user's session, idle since 0
+    for (SessionId s = 1; s <= 3; s++) Idle(cm, s, 4 * kBlockTokens, 1.0);  // released together
+    // The queue: 1, 2, 3, then 4 (new); 9 is not queued.
+    const std::vector<SessionId> queue = {1, 2, 3, 4};
+    cm.AddSession(4, 2.0);
+    MarkQueued(cm, queue, 2.0);
+    // T0 is full (14 blocks, none pinned) and 4 needs 6: 2 from session 9 first, then the tail's 4.
+    CacheManager::Acquired a;
+    ASSERT_EQ(cm.Acquire(4, 6 * kBlockTokens, 2.0, &a), Admission::kLater) << name;
+    cm.Maintain(0, 2.0);  // makes the room the admission asked for (no host tier: drops)
+    ASSERT_TRUE(cm.TakeTransfers().empty());
+    ASSERT_EQ(cm.Acquire(4, 6 * kBlockTokens, 2.0, &a), Admission::kOk) << name;
+    auto resident = [&](SessionId s) {
+      int n = 0;
+      for (Tier t : cm.Residency(s)) n += t == Tier::kT0;
+      return n;
+    };
+    EXPECT_EQ(resident(9), 0) << name;
+    EXPECT_EQ(resident(1), 4) << name;
+    EXPECT_EQ(resident(2), 4) << name;
+    EXPECT_EQ(resident(3), 0) << name;
+    EXPECT_TRUE(cm.CheckInvariants());
+  }
+}
+
+}  // namespace
+}  // namespace mnemo
