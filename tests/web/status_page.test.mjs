@@ -126,6 +126,9 @@ test('its numbers move while requests are served', async () => {
   // Later turns resend their history: some context came from the cache.
   await page.waitForFunction(() => Number(document.getElementById('kpi-hit').dataset.value) > 0, null, { timeout: 20000 });
   assert.ok(await kpi('kpi-sessions') >= 1);
+  // The policy's fitted cost (the FLOP prior until steps are timed) and the recompute time.
+  assert.ok(await kpi('kpi-cost') > 0);
+  assert.ok(await kpi('kpi-recompute') >= 0);
   const { errors } = load.stats();
   assert.deepEqual(errors, []);
   assert.deepEqual(consoleErrors, []);
