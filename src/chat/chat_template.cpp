@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace mnemo {
@@ -89,6 +90,25 @@ jinja::Value ChatTemplate::Context(const std::vector<ChatMessage>& messages, boo
     d.items.reserve(2);
     d.items.emplace_back("role", jinja::Value(m.role));
     d.items.emplace_back("content", jinja::Value(m.content));
+    // As transformers passes them: tool_calls[i] = {id, type, function: {name, arguments}}, the
+    // arguments parsed (templates write `arguments | tojson`); text that is not JSON stays text.
+    if (!m.tool_calls.empty()) {
+      jinja::List calls;
+      for (const ChatToolCall& c : m.tool_calls) {
+        auto args = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
+        jinja::Dict fn;
+        fn.Set("name", jinja::Value(c.name));
+        fn.Set("arguments", args.is_discarded() ? jinja::Value(c.arguments) : jinja::Value::FromJson(args));
+        jinja::Dict call;
+        call.Set("id", jinja::Value(c.id));
+        call.Set("type", jinja::Value("function"));
+        call.Set("function", jinja::Value(std::move(fn)));
+        calls.push_back(jinja::Value(std::move(call)));
+      }
+      d.items.emplace_back("tool_calls", jinja::Value(std::move(calls)));
+    }
+    if (!m.tool_call_id.empty()) d.items.emplace_back("tool_call_id", jinja::Value(m.tool_call_id));
+    if (!m.name.empty()) d.items.emplace_back("name", jinja::Value(m.name));
     list.push_back(jinja::Value(std::move(d)));
   }
   jinja::Dict ctx;

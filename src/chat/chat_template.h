@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -54,9 +55,21 @@
 
 namespace mnemo {
 
+// A function call an assistant message made (OpenAI `tool_calls[i]`, Responses `function_call`).
+struct ChatToolCall {
+  std::string id;         // "call_..." (the client's id, echoed in the tool result's tool_call_id)
+  std::string name;       // function name
+  std::string arguments;  // JSON text, exactly as generated or sent (templates get it parsed)
+};
+
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
   std::string role;     // "system", "user", "assistant", "tool", ...
   std::string content;  // text; a message with content parts is flattened by the caller
+  std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made (templates: message.tool_calls)
+  std::string tool_call_id;              // tool: the call this result answers
+  std::string name;                      // tool: that call's function name ("" if unknown)
 };
 
 // Everything the full rendering adds after the rendering of history[0..n_old) with a generation

@@ -5,6 +5,7 @@
 #include "server/http_util.h"
 #include "server/openai_fields.h"
 #include "server/output_format.h"
+#include "server/tools.h"
 
 namespace mnemo {
 
@@ -40,13 +41,39 @@ std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body,
     if (role == m.end() || !role->is_string()) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
     std::string r = role->get<std::string>();
     if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant") {
-      return http::BadRequest(p + ".role must be one of system, developer, user, assistant; got '" + r + "'", p + ".role", "invalid_value");
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+      return http::BadRequest(p + ".role must be one of system, developer, user, assistant, tool; got '" + r + "'", p + ".role", "invalid_value");
     }
     auto content = m.find("content");
     std::optional<std::string> text = content == m.end() ? std::optional<std::string>(std::string()) : ContentText(*content);
     if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
-    out.push_back(ChatMessage{r, *text});
+    ChatMessage msg{r, *text};
+    if (r == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string()) {
+        return http::BadRequest("Missing required parameter: '" + p + ".tool_call_id'.", p + ".tool_call_id", "missing_required_parameter");
+      }
+      msg.tool_call_id = id->get<std::string>();
+    }
+    auto calls = m.find("tool_calls");
+    if (calls != m.end() && !calls->is_null()) {
+      if (r != "assistant" || !calls->is_array()) {
+        return http::BadRequest(p + ".tool_calls must be an array on an assistant message", p + ".tool_calls", "invalid_type");
+      }
+      for (size_t k = 0; k < calls->size(); k++) {
+        const Json& c = (*calls)[k];
+        const std::string cp = p + ".tool_calls[" + std::to_string(k) + "]";
+        const bool ok = c.is_object() && c.contains("id") && c["id"].is_string() && c.contains("function") &&
+                        c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string() &&
+                        (!c["function"].contains("arguments") || c["function"]["arguments"].is_string());
+        if (!ok) {
+          return http::BadRequest(cp + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\": string}}", cp, "invalid_type");
+        }
+        msg.tool_calls.push_back(ChatToolCall{c["id"].get<std::string>(), c["function"]["name"].get<std::string>(),
+                                              c["function"].value("arguments", std::string("{}"))});
+      }
+    }
+    out.push_back(std::move(msg));
     if (!http::Absent(m, "pinned") && !m["pinned"].is_boolean()) {
       return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
     }
@@ -108,6 +135,10 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     return SendError(res, *e);
   }
   if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kChat, &spec.request)) return SendError(res, *e);
+  auto tools = std::make_shared<ToolRequest>();
+  if (auto e = ParseTools(body, req.body, /*responses=*/false, tools.get())) return SendError(res, *e);
+  if (auto e = CheckToolHistory(&spec.messages, "messages")) return SendError(res, *e);
+  if (auto e = ApplyTools(service_, *tools, &spec)) return SendError(res, *e);
   const bool stream = BoolOr(body, "stream", false);
   bool include_usage = false;
   if (!Absent(body, "stream_options")) {
@@ -133,14 +164,22 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     auto r = RunToEnd(service_, metrics_, t, owner);
     if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
     const TurnResult& tr = std::get<TurnResult>(r);
+    const ToolReply reply = ExtractToolCalls(service_, *tools, tr);
+    Json message = {{"role", "assistant"}, {"content", reply.content}};
+    std::string finish = FinishReasonName(tr.finish_reason);
+    if (!reply.calls.empty()) {
+      if (reply.content.empty()) message["content"] = nullptr;
+      message["tool_calls"] = ToolCallsJson(reply.calls);
+      finish = "tool_calls";
+    }
     Json j = {{"id", id},
               {"object", "chat.completion"},
               {"created", created},
               {"model", model},
               {"choices", Json::array({{{"index", 0},
-                                        {"message", {{"role", "assistant"}, {"content", tr.text}}},
+                                        {"message", std::move(message)},
                                         {"logprobs", nullptr},
-                                        {"finish_reason", FinishReasonName(tr.finish_reason)}}})},
+                                        {"finish_reason", finish}}})},
               {"usage", http::ChatUsage(tr)}};
     if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
     return http::SendJson(res, j);
@@ -162,12 +201,16 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     bool alive = write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
     TurnEvent ev;
     auto last = std::chrono::steady_clock::now();
+    // Tool calls: the reply is held back while it may be a call (all of it under required / a
+    // named tool; under auto while its start can open one) and sent as tool_calls deltas at the end.
+    ToolHold hold(*service, *tools);
     while (t.handle->Next(&ev)) {
       if (ev.kind == TurnEvent::kText) {
         auto now = std::chrono::steady_clock::now();
         metrics->InterToken(std::chrono::duration<double>(now - last).count());
         last = now;
-        if (alive && !ev.text.empty()) alive = write(http::SseData(chunk({{"content", ev.text}}, nullptr)));
+        const std::string out = hold.Feed(ev.token, ev.text);
+        if (alive && !out.empty()) alive = write(http::SseData(chunk({{"content", out}}, nullptr)));
         if (!alive) t.handle->Cancel();  // the client went away: stop generating
         continue;
       }
@@ -181,7 +224,24 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         const ApiError e = ToApiError(r.error);
         write(http::SseData(Json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code}}}}));
       } else {
-        Json last = chunk(Json::object(), FinishReasonName(r.finish_reason));
+        std::string finish = FinishReasonName(r.finish_reason);
+        if (hold.holding()) {
+          const ToolReply reply = ExtractToolCalls(*service, *tools, r);
+          if (!reply.calls.empty()) finish = "tool_calls";
+          if (!reply.content.empty()) write(http::SseData(chunk({{"content", reply.content}}, nullptr)));
+          // As OpenAI streams a call: index, id, type and name with empty arguments, then the
+          // arguments in pieces.
+          for (size_t k = 0; k < reply.calls.size(); k++) {
+            const ChatToolCall& c = reply.calls[k];
+            write(http::SseData(chunk({{"tool_calls", Json::array({{{"index", k}, {"id", c.id}, {"type", "function"},
+                                                                     {"function", {{"name", c.name}, {"arguments", ""}}}}})}},
+                                      nullptr)));
+            for (const std::string& piece : Utf8Pieces(c.arguments, 16)) {
+              write(http::SseData(chunk({{"tool_calls", Json::array({{{"index", k}, {"function", {{"arguments", piece}}}}})}}, nullptr)));
+            }
+          }
+        }
+        Json last = chunk(Json::object(), finish);
         if (t.context.applied) last["mnemo_context"] = http::ContextJson(t.context);
         write(http::SseData(last));
         if (include_usage) {

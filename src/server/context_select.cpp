@@ -36,7 +36,7 @@ ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
     if (auto* e = std::get_if<ApiError>(&r)) return *e;
     report = std::get<ContextReport>(r);
     if (report.applied) spec.chain = false;  // the session no longer holds the chain's whole history
-  } else if (windows_ && !spec.prompt && spec.hint.session < 0 && spec.hint.key.empty()) {
+  } else if (windows_ && !spec.prompt && !spec.template_extra && spec.hint.session < 0 && spec.hint.key.empty()) {
     if (auto fast = StartResent(spec)) return std::move(*fast);
   }
   auto st = StartRendered(std::move(spec));
@@ -68,7 +68,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
     if (k == 0) return std::vector<int32_t>{};
     TurnSpec s;
     s.messages.assign(m.begin(), m.begin() + k);
-    auto r = template_.Render(s.messages, false);
+    auto r = template_.Render(s.messages, false, spec.template_extra.get());
     if (!r.ok()) return Invalid("cannot render the conversation: " + r.error().message, "messages");
     const bool has_bos_text = tok_.bos() >= 0 && r->rfind(tok_.TokenText(tok_.bos()), 0) == 0;
     return tok_.Encode(*r, !has_bos_text, true);

@@ -31,12 +31,13 @@ std::optional<ApiError> LogitBias(const Json& body, int n_vocab, SamplingParams*
   return std::nullopt;
 }
 
-// tools / tool_choice / functions / function_call with no tool offered.
+// The deprecated functions / function_call with no function offered (tools / tool_choice are
+// server/tools.h).
 std::optional<ApiError> NoTools(const Json& body, Endpoint ep) {
-  for (const char* k : {"tools", "functions"}) {
+  for (const char* k : {"functions"}) {
     if (!Absent(body, k) && !body[k].empty()) return Unsupported(k, std::string("'") + k + "' with any tool");
   }
-  for (const char* k : {"tool_choice", "function_call"}) {
+  for (const char* k : {"function_call"}) {
     if (Absent(body, k)) continue;
     const Json& v = body[k];
     // "none" and "auto" mean the same as no tools at all; "required" or a named tool cannot hold.

@@ -9,6 +9,7 @@
 #include "server/http_util.h"
 #include "server/openai_fields.h"
 #include "server/output_format.h"
+#include "server/tools.h"
 
 namespace mnemo {
 
@@ -27,6 +28,44 @@ std::optional<std::string> PartsText(const Json& content) {
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// Ids appear in URL paths (/v1/conversations/{id}/items/{item}), which take these only.
+std::optional<ApiError> CopyId(const Json& it, const std::string& p, Json* item) {
+  if (http::Absent(it, "id")) return std::nullopt;
+  const std::string& id = it["id"].get_ref<const std::string&>();
+  const bool ok = !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+  });
+  if (!ok) return http::BadRequest(p + ".id must be 1 to 64 letters, digits, '_' or '-'", p + ".id", "invalid_value");
+  (*item)["id"] = id;
+  return std::nullopt;
+}
+
+// A function_call {call_id, name, arguments} or function_call_output {call_id, output} input item,
+// normalized (status and other output-only members dropped).
+std::variant<Json, ApiError> ToolItem(const Json& it, const std::string& type, const std::string& p) {
+  auto str = [&](const char* k) -> std::optional<ApiError> {
+    if (http::Absent(it, k)) return http::BadRequest("Missing required parameter: '" + p + "." + k + "'.", p + "." + k, "missing_required_parameter");
+    if (!it[k].is_string()) return http::BadRequest(p + "." + k + " must be a string", p + "." + k, "invalid_type");
+    return std::nullopt;
+  };
+  Json item = {{"type", type}};
+  if (auto e = str("call_id")) return *e;
+  item["call_id"] = it["call_id"];
+  if (type == "function_call") {
+    for (const char* k : {"name", "arguments"}) {
+      if (auto e = str(k)) return *e;
+      item[k] = it[k];
+    }
+  } else {
+    if (http::Absent(it, "output")) return http::BadRequest("Missing required parameter: '" + p + ".output'.", p + ".output", "missing_required_parameter");
+    auto text = PartsText(it["output"]);
+    if (!text) return http::BadRequest(p + ".output must be a string or an array of text parts", p + ".output", "invalid_type");
+    item["output"] = *text;
+  }
+  if (auto e = CopyId(it, p, &item)) return *e;
+  return item;
 }
 
 // Normalizes request input (a string or an array of message items) to message items with ids.
@@ -60,6 +99,12 @@ std::variant<Json, ApiError> InputItems(const Json& input, const std::string& pa
         items.push_back(std::move(std::get<Json>(got)));
         continue;
       }
+      if (type == "function_call" || type == "function_call_output") {
+        auto item = ToolItem(it, type, p);
+        if (auto* e = std::get_if<ApiError>(&item)) return *e;
+        items.push_back(std::move(std::get<Json>(item)));
+        continue;
+      }
       if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p + ".type", "unsupported_value");
       if (http::Absent(it, "role")) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
       const std::string role = it["role"].get<std::string>();
@@ -71,15 +116,7 @@ std::variant<Json, ApiError> InputItems(const Json& input, const std::string& pa
       const char* part_type = role == "assistant" ? "output_text" : "input_text";
       Json item = {{"type", "message"}, {"role", role},
                    {"content", Json::array({{{"type", part_type}, {"text", *text}}})}};
-      if (!http::Absent(it, "id")) {
-        const std::string& id = it["id"].get_ref<const std::string&>();
-        // Ids appear in URL paths (/v1/conversations/{id}/items/{item}), which take these only.
-        const bool ok = !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
-          return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
-        });
-        if (!ok) return http::BadRequest(p + ".id must be 1 to 64 letters, digits, '_' or '-'", p + ".id", "invalid_value");
-        item["id"] = id;
-      }
+      if (auto e = CopyId(it, p, &item)) return *e;
       if (!http::Absent(it, "pinned")) {
         if (!it["pinned"].is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
         item["pinned"] = it["pinned"];
@@ -90,7 +127,7 @@ std::variant<Json, ApiError> InputItems(const Json& input, const std::string& pa
     return http::BadRequest("'" + param + "' must be a string or an array of items", param, "invalid_type");
   }
   for (auto& it : items) {
-    if (!it.contains("id")) it["id"] = NewId("msg_");
+    if (!it.contains("id")) it["id"] = NewId(it["type"] == "function_call" ? "fc_" : it["type"] == "function_call_output" ? "fco_" : "msg_");
   }
   return items;
 }
@@ -99,7 +136,27 @@ std::variant<Json, ApiError> InputItems(const Json& input, const std::string& pa
 // them is skipped, never thrown on).
 void AppendMessages(const Json& items, std::vector<ChatMessage>* out, std::vector<bool>* pinned) {
   for (const auto& it : items) {
-    if (!it.is_object() || http::ValueOr(it, "type", "message") != "message") continue;
+    if (!it.is_object()) continue;
+    const Json type = http::ValueOr(it, "type", "message");
+    if (type == "function_call" && it.value("call_id", Json()).is_string() && it.value("name", Json()).is_string()) {
+      // Calls join the assistant message right before them (one reply: its text, then its calls).
+      const ChatToolCall call{it["call_id"].get<std::string>(), it["name"].get<std::string>(),
+                              it.value("arguments", Json("{}")).is_string() ? it["arguments"].get<std::string>() : "{}"};
+      if (out->empty() || out->back().role != "assistant") {
+        out->push_back(ChatMessage{"assistant", ""});
+        pinned->push_back(false);
+      }
+      out->back().tool_calls.push_back(call);
+      continue;
+    }
+    if (type == "function_call_output" && it.value("call_id", Json()).is_string()) {
+      ChatMessage m{"tool", it.value("output", Json("")).is_string() ? it["output"].get<std::string>() : ""};
+      m.tool_call_id = it["call_id"].get<std::string>();
+      out->push_back(std::move(m));
+      pinned->push_back(false);
+      continue;
+    }
+    if (type != "message") continue;
     const Json role_j = http::ValueOr(it, "role", "user");
     std::string role = role_j.is_string() ? role_j.get<std::string>() : "user";
     if (role == "developer") role = "system";
@@ -112,6 +169,13 @@ void AppendMessages(const Json& items, std::vector<ChatMessage>* out, std::vecto
 Json OutputItem(const std::string& id, const std::string& text, const std::string& status) {
   return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"},
           {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
+}
+
+// Output item k of a function call, id fc_<r> (fc_<r>-<k> after the first) for message msg_<r>.
+Json FunctionCallItem(const std::string& msg_id, size_t k, const ChatToolCall& c) {
+  std::string id = "fc_" + msg_id.substr(msg_id.find('_') + 1);
+  if (k > 0) id += "-" + std::to_string(k);
+  return {{"type", "function_call"}, {"id", id}, {"call_id", c.id}, {"name", c.name}, {"arguments", c.arguments}, {"status", "completed"}};
 }
 
 // The request's `text` as the response reports it: its format ({type: text} by default).
@@ -137,14 +201,14 @@ Json ResponseObject(const StoredResponse& r, const Json& request, const Json& ou
             {"max_output_tokens", http::ValueOr(request, "max_output_tokens", nullptr)},
             {"model", r.model},
             {"output", output},
-            {"parallel_tool_calls", false},
+            {"parallel_tool_calls", http::ValueOr(request, "parallel_tool_calls", true)},
             {"previous_response_id", r.previous_response_id ? Json(*r.previous_response_id) : Json(nullptr)},
             {"store", http::BoolOr(request, "store", true)},
             {"temperature", http::ValueOr(request, "temperature", 1.0)},
             {"top_p", http::ValueOr(request, "top_p", 1.0)},
             {"text", TextFormat(request)},
-            {"tool_choice", "auto"},
-            {"tools", Json::array()},
+            {"tool_choice", http::ValueOr(request, "tool_choice", "auto")},
+            {"tools", http::ValueOr(request, "tools", Json::array())},
             {"truncation", http::ValueOr(request, "truncation", "disabled")},
             {"usage", usage},
             {"metadata", http::ValueOr(request, "metadata", Json::object())}};
@@ -224,9 +288,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   ItemResolver resolve = [store, &owner](const std::string& id, const std::string& p) -> std::variant<Json, ApiError> {
     ApiError missing{404, "invalid_request_error", "Item with id '" + id.substr(0, 80) + "' not found.", p,
                      "item_not_found"};
+    // Function calls are fc_<r> and fc_<r>-<k> (output_item below).
     const size_t cut = id.find('_');
-    if (cut == std::string::npos || id.compare(0, cut, "msg") != 0 || !store) return missing;
-    auto r = store->GetResponse("resp_" + id.substr(cut + 1), owner);
+    if (cut == std::string::npos || (id.compare(0, cut, "msg") != 0 && id.compare(0, cut, "fc") != 0) || !store) return missing;
+    auto r = store->GetResponse("resp_" + id.substr(cut + 1, id.find('-') == std::string::npos ? std::string::npos : id.find('-') - cut - 1), owner);
     if (!r.ok()) return StoreFailure(r.error());
     if (!r->has_value()) return missing;
     Json output = Json::parse((*r)->output_json, nullptr, false);
@@ -261,6 +326,11 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   std::vector<bool> history_pins;
   std::optional<std::string> instructions;
   if (body.contains("instructions") && body["instructions"].is_string()) instructions = body["instructions"].get<std::string>();
+  auto tools = std::make_shared<ToolRequest>();
+  if (auto e = ParseTools(body, req.body, /*responses=*/true, tools.get())) return SendError(res, *e);
+  // Template variables, the generic tools block (in the instructions) and the grammar; the
+  // messages are prepared below (PrepareToolMessages) once the history is known.
+  if (auto e = ApplyTools(service_, *tools, &spec, &instructions)) return SendError(res, *e);
 
   // The history: a previous response's chain, or a conversation's items.
   std::vector<ChatMessage> history;
@@ -284,7 +354,22 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     TurnSpec fast = spec;
     std::vector<bool> pins;
     AppendMessages(input_items, &fast.messages, &pins);
-    started = service_.StartAfterResponse(std::move(fast), *prev_id);
+    // Results must answer calls: the fast path sees only the new items and the previous
+    // response's calls (one lookup); a result answering an older call takes the whole-chain path.
+    bool answered = true;
+    for (const ChatMessage& m : fast.messages) answered = answered && m.role != "tool";
+    if (!answered) {
+      auto r = store->GetResponse(*prev_id, owner);
+      std::vector<ChatMessage> known;
+      std::vector<bool> known_pins;
+      if (r.ok() && r->has_value()) AppendMessages(Json::parse((*r)->output_json, nullptr, false), &known, &known_pins);
+      const size_t n_known = known.size();
+      known.insert(known.end(), fast.messages.begin(), fast.messages.end());
+      answered = !CheckToolHistory(&known, "input").has_value();
+      fast.messages.assign(known.begin() + static_cast<std::ptrdiff_t>(n_known), known.end());
+    }
+    PrepareToolMessages(service_, &fast.messages);
+    if (answered) started = service_.StartAfterResponse(std::move(fast), *prev_id);
   }
   if (prev_id && !started) {
     // One query for the whole chain; it ends where an older link was deleted (the history starts there).
@@ -357,6 +442,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   messages.insert(messages.end(), history.begin(), history.end());
   spec.pinned.insert(spec.pinned.end(), history_pins.begin(), history_pins.end());
   AppendMessages(input_items, &messages, &spec.pinned);
+  if (!started) {
+    if (auto e = CheckToolHistory(&messages, "input")) return http::SendError(res, *e);
+    PrepareToolMessages(service_, &messages);
+  }
   spec.messages = std::move(messages);
   // truncation "auto": a context longer than the model's keeps the turns selective context picks.
   if (!started && truncation == "auto" && spec.context.budget <= 0) {
@@ -385,7 +474,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   const std::string msg_id = "msg_" + sr.id.substr(sr.id.find('_') + 1);  // see `resolve` above
 
   // Finishes the response: commits the turn, the response row and conversation items at once.
-  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner](const TurnResult& r) mutable
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools](const TurnResult& r, bool calls = true) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
     if (r.finish_reason == FinishReason::kError) {
@@ -393,7 +482,13 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       return ToApiError(r.error);
     }
     sr.status = r.finish_reason == FinishReason::kLength ? "incomplete" : "completed";
-    Json output = Json::array({OutputItem(msg_id, r.text, sr.status == "completed" ? "completed" : "incomplete")});
+    // calls false: the reply was streamed as text (no call is looked for after content started).
+    const ToolReply reply = calls ? ExtractToolCalls(service_, *tools, r) : ToolReply{r.text, {}};
+    Json output = Json::array();
+    if (reply.calls.empty() || !reply.content.empty()) {
+      output.push_back(OutputItem(msg_id, reply.content, sr.status == "completed" ? "completed" : "incomplete"));
+    }
+    for (size_t k = 0; k < reply.calls.size(); k++) output.push_back(FunctionCallItem(msg_id, k, reply.calls[k]));
     Json usage = http::ResponsesUsage(r);
     sr.output_json = output.dump();
     sr.usage_json = usage.dump();
@@ -404,7 +499,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       cu = ConversationUpdate{};
       cu->conversation_id = *conv_id;
       for (const auto& it : input_items) cu->items.push_back(NewItem{it["id"], it.dump()});
-      cu->items.push_back(NewItem{msg_id, output[0].dump()});
+      for (const auto& it : output) cu->items.push_back(NewItem{it["id"], it.dump()});
     }
     auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner);
     if (auto* e = std::get_if<ApiError>(&c)) return *e;
@@ -431,31 +526,62 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     Json pending = ResponseObject(sr, Json::parse(sr.request_json), Json::array(), nullptr);
     emit("response.created", {{"response", pending}});
     emit("response.in_progress", {{"response", pending}});
-    emit("response.output_item.added", {{"output_index", 0}, {"item", OutputItem(msg_id, "", "in_progress")}});
-    emit("response.content_part.added", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                         {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
+    // The message item opens with its first text; with tools the reply is held while it may be a
+    // call (ToolHold), and calls become function_call items after it.
+    bool message_open = false;
+    auto open_message = [&] {
+      if (message_open) return;
+      message_open = true;
+      emit("response.output_item.added", {{"output_index", 0}, {"item", OutputItem(msg_id, "", "in_progress")}});
+      emit("response.content_part.added", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                           {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
+    };
+    auto text_delta = [&](const std::string& text) {
+      open_message();
+      emit("response.output_text.delta", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                          {"delta", text}, {"logprobs", Json::array()}});
+    };
+    ToolHold hold(service_, *tools);
+    if (!tools->parse()) open_message();
     TurnEvent ev;
     while (t.handle->Next(&ev)) {
       if (ev.kind == TurnEvent::kText) {
-        if (!ev.text.empty()) {
-          emit("response.output_text.delta", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                              {"delta", ev.text}, {"logprobs", Json::array()}});
-        }
+        const std::string out = hold.Feed(ev.token, ev.text);
+        if (!out.empty()) text_delta(out);
         if (!alive) t.handle->Cancel();
         continue;
       }
-      auto out = finish(ev.result);  // durable before the final events
+      auto out = finish(ev.result, hold.holding());  // durable before the final events
       if (!alive) return false;
       if (auto* e = std::get_if<ApiError>(&out)) {
         emit("error", {{"code", e->code}, {"message", e->message}, {"param", nullptr}});
       } else {
         const Json& resp = std::get<Json>(out);
-        const Json& item = resp["output"][0];
-        emit("response.output_text.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                           {"text", ev.result.text}, {"logprobs", Json::array()}});
-        emit("response.content_part.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                            {"part", item["content"][0]}});
-        emit("response.output_item.done", {{"output_index", 0}, {"item", item}});
+        size_t index = 0;
+        for (const Json& item : resp["output"]) {
+          if (item["type"] == "message") {
+            const std::string text = item["content"][0]["text"];
+            if (hold.holding() && !text.empty()) text_delta(text);
+            open_message();
+            emit("response.output_text.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                               {"text", text}, {"logprobs", Json::array()}});
+            emit("response.content_part.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
+                                                {"part", item["content"][0]}});
+            emit("response.output_item.done", {{"output_index", 0}, {"item", item}});
+          } else {
+            // As OpenAI streams a call: the item with empty arguments, the arguments in pieces, done.
+            Json added = item;
+            added["arguments"] = "";
+            added["status"] = "in_progress";
+            emit("response.output_item.added", {{"output_index", index}, {"item", added}});
+            for (const std::string& piece : Utf8Pieces(item["arguments"], 16)) {
+              emit("response.function_call_arguments.delta", {{"item_id", item["id"]}, {"output_index", index}, {"delta", piece}});
+            }
+            emit("response.function_call_arguments.done", {{"item_id", item["id"]}, {"output_index", index}, {"arguments", item["arguments"]}});
+            emit("response.output_item.done", {{"output_index", index}, {"item", item}});
+          }
+          index++;
+        }
         emit(resp["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", resp}});
       }
       sink.done();

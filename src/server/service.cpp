@@ -117,7 +117,7 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
 ApiResult<std::string> Service::RenderText(const TurnSpec& spec) const {
   if (spec.prompt) return *spec.prompt;
   if (spec.messages.empty()) return Invalid("messages must not be empty", "messages");
-  auto r = template_.Render(spec.messages, /*add_generation_prompt=*/true);
+  auto r = template_.Render(spec.messages, /*add_generation_prompt=*/true, spec.template_extra.get());
   if (!r.ok()) return Invalid("cannot render the conversation with the model's chat template: " + r.error().message, "messages");
   return std::move(r.value());
 }
@@ -158,7 +158,8 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
     }
   }
   if (n_old <= 0 || n_old >= static_cast<int>(msgs.size()) || msgs[n_old].role != "assistant") return std::nullopt;
-  auto a = template_.RenderAppend(msgs, static_cast<size_t>(n_old), /*add_generation_prompt=*/true);
+  auto a = template_.RenderAppend(msgs, static_cast<size_t>(n_old), /*add_generation_prompt=*/true,
+                                  spec.template_extra.get());
   if (!a.ok()) return std::nullopt;  // not prefix-stable here: render whole
   const std::string after = a->text();
   if (after.size() > text.size() || text.compare(text.size() - after.size(), after.size(), after) != 0) return std::nullopt;
@@ -310,7 +311,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
 
   StartedTurn st;
   st.prompt_tokens = static_cast<int>(tokens.size());
-  if (!spec.prompt) st.window = std::make_shared<const TurnWindow>(WindowOfPrompt(spec.messages));
+  if (!spec.prompt && !spec.template_extra) st.window = std::make_shared<const TurnWindow>(WindowOfPrompt(spec.messages));
   st.chain = spec.chain;
   st.instructions = spec.instructions;
   // The engine may expire the chosen session (session TTL, max sessions) before the calls below
@@ -479,7 +480,9 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
     UnlinkLocked(t.session, e);
-    if (!e.text.empty() && t.prompt_tokens > r.log_begin) {  // a templated turn: remember where its reply is
+    // A templated turn: remember where its reply is (also when the whole prompt was already in the
+    // log, e.g. a fork at the end of an identical prompt: log_begin == prompt_tokens).
+    if (!e.text.empty() && t.prompt_tokens >= r.log_begin && t.prompt_tokens > 0) {
       e.marks.push_back(TurnMark{static_cast<size_t>(t.prompt_tokens), e.tokens.size(), e.text.size(), r.text});
       if (t.window && windows_) {  // the fast paths may continue it
         e.window = t.window;

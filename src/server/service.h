@@ -88,6 +88,10 @@ struct TurnSpec {
   // it next can skip the chain walk (StartAfterResponse).
   bool chain = false;
   std::optional<std::string> instructions;
+  // More template variables (`tools` for templates that render tools: server/tools.h). Turns with
+  // them skip the window fast paths (a window's prompt hash covers only the messages) and are
+  // continued by comparing whole renderings (PlanAppend), which cover the variables too.
+  std::shared_ptr<const jinja::Dict> template_extra;
 };
 
 struct StartedTurn {
@@ -139,6 +143,7 @@ class Service {
 
   const ServiceConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return tok_; }
+  const ChatTemplate& chat_template() const { return template_; }
   Engine& engine() { return engine_; }
   Store* store() { return store_; }
 

@@ -11,7 +11,7 @@
 namespace mnemo {
 
 std::optional<ApiResult<StartedTurn>> Service::StartAfterResponse(TurnSpec spec, const std::string& response_id) {
-  if (!windows_ || spec.prompt || spec.context.budget > 0 || config_.default_context.budget > 0) return std::nullopt;
+  if (!windows_ || spec.prompt || spec.template_extra || spec.context.budget > 0 || config_.default_context.budget > 0) return std::nullopt;
   int64_t source = -1;
   MessageHash hash;
   {

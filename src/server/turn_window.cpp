@@ -21,6 +21,19 @@ MessageHash ExtendHash(MessageHash h, const ChatMessage& m) {
   XXH3_128bits_update(st, m.role.data(), m.role.size());
   XXH3_128bits_update(st, "", 1);  // the role ends here: ("ab", "c") and ("a", "bc") differ
   XXH3_128bits_update(st, m.content.data(), m.content.size());
+  // Tool calls and results render too: each field ends with a 0 byte (as the role does).
+  for (const ChatToolCall& c : m.tool_calls) {
+    for (const std::string* f : {&c.id, &c.name, &c.arguments}) {
+      XXH3_128bits_update(st, "", 1);
+      XXH3_128bits_update(st, f->data(), f->size());
+    }
+  }
+  if (!m.tool_call_id.empty() || !m.name.empty()) {
+    XXH3_128bits_update(st, "\x01", 1);
+    XXH3_128bits_update(st, m.tool_call_id.data(), m.tool_call_id.size());
+    XXH3_128bits_update(st, "", 1);
+    XXH3_128bits_update(st, m.name.data(), m.name.size());
+  }
   const XXH128_hash_t d = XXH3_128bits_digest(st);
   XXH3_freeState(st);
   return MessageHash{d.low64, d.high64};

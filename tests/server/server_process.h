@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace mnemo::testing {
@@ -21,8 +23,12 @@ class ServerProcess {
   // prints its address (port() stays 0 if it never does), unless wait_for_address is false.
   explicit ServerProcess(std::vector<std::string> extra, std::string model = "", bool wait_for_address = true) {
     if (model.empty()) model = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
-    std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model", model,
-                                     "--port", "0", "--max-context", "512", "--kv-t0-mb", "16"};
+    std::vector<std::string> args = {std::string(MNEMO_BINARY_DIR) + "/apps/mnemo", "serve", "--model", model, "--port", "0"};
+    // Defaults that `extra` may override.
+    const std::vector<std::pair<std::string, std::string>> defaults = {{"--max-context", "512"}, {"--kv-t0-mb", "16"}};
+    for (const auto& [flag, value] : defaults) {
+      if (std::find(extra.begin(), extra.end(), flag) == extra.end()) args.insert(args.end(), {flag, value});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     int fds[2];
     if (pipe(fds) != 0) return;

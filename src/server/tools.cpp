@@ -1,0 +1,327 @@
+// Function tools: parsing, checks, rendering, grammar, reply extraction (see tools.h).
+#include "server/tools.h"
+
+#include <set>
+
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "server/http_util.h"
+#include "store/store.h"
+
+namespace mnemo {
+
+using http::Json;
+using grammar::OrderedJson;
+
+namespace {
+
+ApiError Bad(const std::string& message, const std::string& param, const std::string& code = "invalid_value") {
+  return http::BadRequest(message, param, code);
+}
+
+bool ValidName(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+// A schema's rule for the SchemaCompiler; checks it compiles alone first (errors name the tool).
+std::optional<ApiError> CheckSchema(const OrderedJson& schema, const std::string& param) {
+  auto g = grammar::SchemaToGrammar(schema);
+  if (!g.ok()) return Bad("Invalid or unsupported JSON Schema in '" + param + "': " + g.error().message, param, "invalid_function_parameters");
+  return std::nullopt;
+}
+
+// One tool definition; `p` its param path. Chat nests the function in `function`.
+std::optional<ApiError> ParseTool(const OrderedJson& t, const std::string& p, bool responses, ToolRequest* out) {
+  if (!t.is_object()) return Bad("'" + p + "' must be an object", p, "invalid_type");
+  auto type = t.find("type");
+  if (type == t.end() || !type->is_string()) return Bad("Missing required parameter: '" + p + ".type'.", p + ".type", "missing_required_parameter");
+  if (*type != "function") {
+    return Bad("Tools of type '" + type->get<std::string>() + "' are not supported (only 'function')", p + ".type", "unsupported_value");
+  }
+  const OrderedJson* fn = &t;
+  std::string fp = p;
+  if (!responses) {
+    for (auto it = t.begin(); it != t.end(); ++it) {
+      if (it.key() != "type" && it.key() != "function") return Bad("Unrecognized request argument supplied: " + p + "." + it.key(), p + "." + it.key(), "unknown_parameter");
+    }
+    auto f = t.find("function");
+    if (f == t.end()) return Bad("Missing required parameter: '" + p + ".function'.", p + ".function", "missing_required_parameter");
+    if (!f->is_object()) return Bad("'" + p + ".function' must be an object", p + ".function", "invalid_type");
+    fn = &*f;
+    fp = p + ".function";
+  }
+  for (auto it = fn->begin(); it != fn->end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "name" && k != "description" && k != "parameters" && k != "strict" && !(responses && k == "type")) {
+      return Bad("Unrecognized request argument supplied: " + fp + "." + k, fp + "." + k, "unknown_parameter");
+    }
+  }
+  auto name = fn->find("name");
+  if (name == fn->end() || !name->is_string()) return Bad("Missing required parameter: '" + fp + ".name'.", fp + ".name", "missing_required_parameter");
+  const std::string n = name->get<std::string>();
+  if (!ValidName(n)) return Bad("'" + fp + ".name' must be 1 to 64 letters, digits, '_' or '-'; got '" + n.substr(0, 80) + "'", fp + ".name");
+  if (out->Has(n)) return Bad("Duplicate tool name '" + n + "'", fp + ".name");
+  auto desc = fn->find("description");
+  if (desc != fn->end() && !desc->is_null() && !desc->is_string()) return Bad("'" + fp + ".description' must be a string", fp + ".description", "invalid_type");
+  auto strict = fn->find("strict");
+  if (strict != fn->end() && !strict->is_null() && !strict->is_boolean()) return Bad("'" + fp + ".strict' must be a boolean", fp + ".strict", "invalid_type");
+  OrderedJson params = OrderedJson{{"type", "object"}, {"properties", OrderedJson::object()}};
+  auto ps = fn->find("parameters");
+  if (ps != fn->end() && !ps->is_null()) {
+    if (!ps->is_object()) return Bad("'" + fp + ".parameters' must be a JSON Schema object", fp + ".parameters", "invalid_type");
+    if (!ps->empty()) params = *ps;
+    if (auto e = CheckSchema(params, fp + ".parameters")) return e;
+  }
+  out->tools.push_back({n, params});
+  OrderedJson f = {{"name", n}};
+  if (desc != fn->end() && desc->is_string()) f["description"] = *desc;
+  f["parameters"] = params;
+  out->chat_tools.push_back(OrderedJson{{"type", "function"}, {"function", f}});
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool ToolRequest::Has(const std::string& name) const {
+  for (const Tool& t : tools) {
+    if (t.name == name) return true;
+  }
+  return false;
+}
+
+std::optional<ApiError> ParseTools(const Json& body, const std::string& raw_body, bool responses, ToolRequest* out) {
+  if (!http::Absent(body, "parallel_tool_calls")) out->parallel = body["parallel_tool_calls"].get<bool>();
+  if (!http::Absent(body, "tools") && !body["tools"].empty()) {
+    // The body again with member order kept: schema properties are generated in their order.
+    const OrderedJson ordered = OrderedJson::parse(raw_body, nullptr, false);
+    if (!ordered.is_object() || !ordered["tools"].is_array()) return Bad("'tools' must be an array", "tools", "invalid_type");
+    const OrderedJson& tools = ordered["tools"];
+    if (tools.size() > 128) return Bad("'tools' may hold at most 128 tools", "tools");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      if (auto e = ParseTool(tools[i], "tools[" + std::to_string(i) + "]", responses, out)) return e;
+    }
+  }
+  if (http::Absent(body, "tool_choice")) return std::nullopt;
+  const Json& c = body["tool_choice"];
+  if (c.is_string()) {
+    const std::string s = c.get<std::string>();
+    if (s == "none") out->choice = ToolChoice::kNone;
+    else if (s == "auto") out->choice = ToolChoice::kAuto;
+    else if (s == "required") out->choice = ToolChoice::kRequired;
+    else return Bad("'tool_choice' must be 'none', 'auto', 'required' or a function; got '" + s.substr(0, 80) + "'", "tool_choice");
+  } else {
+    if (!c.contains("type") || c["type"] != "function") {
+      return Bad("'tool_choice.type' must be 'function'", "tool_choice.type", c.contains("type") ? "unsupported_value" : "missing_required_parameter");
+    }
+    const Json* holder = &c;
+    std::string hp = "tool_choice";
+    if (!responses || c.contains("function")) {
+      if (!c.contains("function") || !c["function"].is_object()) return Bad("Missing required parameter: 'tool_choice.function'.", "tool_choice.function", "missing_required_parameter");
+      holder = &c["function"];
+      hp = "tool_choice.function";
+    }
+    if (!holder->contains("name") || !(*holder)["name"].is_string()) return Bad("Missing required parameter: '" + hp + ".name'.", hp + ".name", "missing_required_parameter");
+    out->named = (*holder)["name"].get<std::string>();
+    out->choice = ToolChoice::kNamed;
+    if (!out->Has(out->named)) return Bad("tool_choice names function '" + out->named.substr(0, 80) + "', which is not in 'tools'", hp + ".name");
+  }
+  if (out->choice == ToolChoice::kRequired && out->tools.empty()) {
+    return Bad("tool_choice 'required' needs at least one tool in 'tools'", "tool_choice");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckToolHistory(std::vector<ChatMessage>* messages, const std::string& param) {
+  for (size_t i = 0; i < messages->size(); ++i) {
+    ChatMessage& m = (*messages)[i];
+    if (m.role != "tool") continue;
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    bool found = false;
+    for (size_t j = i; j-- > 0 && !found;) {
+      for (const ChatToolCall& c : (*messages)[j].tool_calls) {
+        if (c.id != m.tool_call_id) continue;
+        found = true;
+        if (m.name.empty()) m.name = c.name;
+        break;
+      }
+    }
+    if (!found) {
+      return Bad("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                 "'tool_calls'; no earlier call has id '" + m.tool_call_id.substr(0, 80) + "'",
+                 p + (param == "messages" ? ".tool_call_id" : ".call_id"));
+    }
+  }
+  return std::nullopt;
+}
+
+Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools) {
+  grammar::SchemaCompiler c;
+  std::string calls;
+  int k = 0;
+  for (const ToolRequest::Tool& t : tools.tools) {
+    if (tools.choice == ToolChoice::kNamed && t.name != tools.named) continue;
+    const std::string args = "args-" + std::to_string(k);
+    MNEMO_TRY(c.Add(args, t.parameters));
+    const std::string text = ToolCallText(f, t.name, "\x01");
+    const size_t cut = text.find('\x01');
+    const std::string rule = "call-" + std::to_string(k++);
+    calls += rule + " ::= " + grammar::Literal(text.substr(0, cut)) + " " + args + " " + grammar::Literal(text.substr(cut + 1)) + "\n";
+  }
+  if (k == 0) return Error{"no tool to call"};
+  std::string any = "call ::=";
+  for (int i = 0; i < k; ++i) any += (i ? " | call-" : " call-") + std::to_string(i);
+  const ToolCallFrame fr = ToolCallFraming(f);
+  const bool many = tools.parallel && f != ToolFormat::kLlama3;
+  std::string root = "root ::= " + grammar::Literal(fr.open) + " call " +
+                     (many ? "( " + grammar::Literal(fr.sep) + " call ){0,3} " : "") + grammar::Literal(fr.close) + "\n";
+  // Arguments without whitespace: what the client gets back is what the history renders, exactly.
+  std::string schema = c.Text();
+  std::string out;
+  size_t at = 0;
+  while (at < schema.size()) {
+    size_t nl = schema.find('\n', at);
+    if (nl == std::string::npos) nl = schema.size();
+    const std::string line = schema.substr(at, nl - at);
+    out += line.rfind("ws ::= ", 0) == 0 ? "ws ::= \"\"" : line;
+    out += "\n";
+    at = nl + 1;
+  }
+  return root + any + "\n" + calls + out;
+}
+
+void PrepareToolMessages(const Service& service, std::vector<ChatMessage>* messages) {
+  const ChatTemplate& t = service.chat_template();
+  bool has_tool_messages = false;
+  for (const ChatMessage& m : *messages) has_tool_messages = has_tool_messages || m.role == "tool" || !m.tool_calls.empty();
+  if (!has_tool_messages) return;
+  if (!TemplateRendersTools(t)) {
+    *messages = GenericToolMessages(*messages, t.family() == "fallback" ? "tool" : "user");
+  } else if (DetectToolFormat(t) == ToolFormat::kMistral) {
+    MistralToolIds(messages);
+  }
+}
+
+std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, TurnSpec* spec,
+                                   std::optional<std::string>* instructions) {
+  const ChatTemplate& t = service.chat_template();
+  const bool native = TemplateRendersTools(t);
+  const ToolFormat f = DetectToolFormat(t);
+  PrepareToolMessages(service, &spec->messages);
+  if (native) {
+    if (!tools.tools.empty()) {
+      auto extra = std::make_shared<jinja::Dict>();
+      extra->Set("tools", jinja::Value::FromJson(tools.chat_tools));
+      spec->template_extra = std::move(extra);
+    }
+  } else {
+    if (!tools.tools.empty()) {
+      const std::string block = GenericToolsPrompt(tools.chat_tools.dump());
+      if (instructions) {
+        *instructions = *instructions ? **instructions + "\n\n" + block : block;
+      } else if (!spec->messages.empty() && spec->messages[0].role == "system") {
+        spec->messages[0].content += "\n\n" + block;
+      } else {
+        spec->messages.insert(spec->messages.begin(), ChatMessage{"system", block});
+        if (!spec->pinned.empty()) spec->pinned.insert(spec->pinned.begin(), false);
+        if (spec->hint.reply_message >= 0) spec->hint.reply_message++;
+      }
+    }
+  }
+  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) return std::nullopt;
+  if (spec->request.grammar) {
+    return Bad("tool_choice 'required' or a named function cannot be combined with a response format or grammar", "tool_choice");
+  }
+  auto text = ToolCallGrammar(f, tools);
+  if (!text.ok()) return Bad("Cannot build the tool-call grammar: " + text.error().message, "tools", "invalid_function_parameters");
+  auto a = service.Grammar(*text);
+  if (!a.ok()) return Bad("Cannot compile the tool-call grammar: " + a.error().message, "tools", "invalid_function_parameters");
+  spec->request.grammar = std::move(*a);
+  return std::nullopt;
+}
+
+ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r) {
+  ToolReply out{r.text, {}};
+  if (!tools.parse()) return out;
+  // The text with control tokens written out (<|python_tag|>, [TOOL_CALLS]); the final
+  // end-of-generation token left out.
+  const Tokenizer& tok = service.tokenizer();
+  std::string raw = r.text;
+  bool control = false;
+  for (int32_t id : r.tokens) control = control || (tok.IsControl(id) && !tok.IsEog(id));
+  if (control) {
+    std::vector<int32_t> ids = r.tokens;
+    while (!ids.empty() && tok.IsEog(ids.back())) ids.pop_back();
+    raw = tok.Decode(ids, /*skip_special=*/false);
+  }
+  ParsedToolCalls p = ParseToolCalls(DetectToolFormat(service.chat_template()), raw);
+  for (ChatToolCall& c : p.calls) {
+    if (!tools.Has(c.name)) continue;  // a call of no offered tool stays text
+    if (!tools.parallel && !out.calls.empty()) break;
+    c.id = NewId("call_");
+    out.calls.push_back(std::move(c));
+  }
+  if (!out.calls.empty()) out.content = p.content;
+  return out;
+}
+
+ToolHold::ToolHold(const Service& service, const ToolRequest& tools) : tok_(&service.tokenizer()) {
+  if (!tools.parse()) return;
+  if (tools.choice != ToolChoice::kAuto) {
+    holding_ = true;
+    return;
+  }
+  decided_ = false;
+  switch (DetectToolFormat(service.chat_template())) {
+    case ToolFormat::kHermes:
+    case ToolFormat::kGeneric: openers_ = {"<tool_call>"}; break;
+    case ToolFormat::kLlama3: openers_ = {"{", "<|python_tag|>"}; break;
+    case ToolFormat::kMistral: openers_ = {"[", "[TOOL_CALLS]"}; break;
+  }
+}
+
+std::string ToolHold::Feed(int32_t token, const std::string& text) {
+  if (decided_) return holding_ ? "" : text;
+  held_ += text;
+  if (tok_->IsControl(token) && !tok_->IsEog(token)) {  // a marker the text does not show
+    decided_ = holding_ = true;
+    return "";
+  }
+  size_t b = 0;
+  while (b < held_.size() && (held_[b] == ' ' || held_[b] == '\n' || held_[b] == '\t' || held_[b] == '\r')) ++b;
+  const std::string_view s = std::string_view(held_).substr(b);
+  if (s.empty()) return "";
+  for (const std::string& o : openers_) {
+    if (s.size() >= o.size() ? s.compare(0, o.size(), o) == 0 : o.compare(0, s.size(), s) == 0) {
+      if (s.size() >= o.size()) decided_ = holding_ = true;
+      return "";
+    }
+  }
+  decided_ = true;
+  return std::move(held_);
+}
+
+Json ToolCallsJson(const std::vector<ChatToolCall>& calls) {
+  Json a = Json::array();
+  for (const ChatToolCall& c : calls) {
+    a.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return a;
+}
+
+std::vector<std::string> Utf8Pieces(const std::string& text, size_t n) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = std::min(text.size(), at + n);
+    while (end < text.size() && end > at + 1 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+    out.push_back(text.substr(at, end - at));
+    at = end;
+  }
+  return out;
+}
+
+}  // namespace mnemo

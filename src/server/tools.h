@@ -1,0 +1,103 @@
+// Function tools on both APIs: request parsing and checks, rendering, the grammar that enforces
+// `required` / a named tool_choice, and the calls found in a reply.
+//
+//   chat:      tools: [{type: "function", function: {name, description, parameters, strict}}],
+//              tool_choice: "none" | "auto" | "required" | {type: "function", function: {name}},
+//              parallel_tool_calls (default true);
+//   responses: tools: [{type: "function", name, description, parameters, strict}],
+//              tool_choice: the strings above | {type: "function", name}, parallel_tool_calls.
+// Rendering: a template that renders tools itself (chat/tool_calls.h TemplateRendersTools) gets
+// `tools` (chat shape) as a template variable; any other gets GenericToolsPrompt as a system block
+// (merged into the leading system message / the Responses instructions) and the history's calls
+// and results as text (GenericToolMessages).
+// Decoding: `required` and a named tool constrain the output to calls in the template's format
+// (at most 4 with parallel_tool_calls, else 1), each call's arguments valid against its tool's
+// parameters schema (written compactly, without whitespace). `auto` decodes freely and parses.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/tool_calls.h"
+#include "server/api_error.h"
+#include "server/service.h"
+
+namespace mnemo {
+
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+struct ToolRequest {
+  struct Tool {
+    std::string name;
+    nlohmann::ordered_json parameters;  // JSON Schema of the arguments ({"type": "object"} if none)
+  };
+  std::vector<Tool> tools;
+  nlohmann::ordered_json chat_tools = nlohmann::ordered_json::array();  // chat-shaped, for templates
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string named;      // kNamed: the function
+  bool parallel = true;   // parallel_tool_calls
+  bool parse() const { return !tools.empty() && choice != ToolChoice::kNone; }  // look for calls in the reply
+  bool Has(const std::string& name) const;
+};
+
+// Reads tools / tool_choice / parallel_tool_calls (raw_body keeps the schemas' key order).
+// Errors: 400 naming the member (bad tool definitions, schemas the grammar cannot honour, a
+// tool_choice naming no tool, required with no tools).
+std::optional<ApiError> ParseTools(const nlohmann::json& body, const std::string& raw_body, bool responses,
+                                   ToolRequest* out);
+
+// Checks the history's tool messages: each answers a call of an earlier assistant message
+// (messages[i].tool_call_id); fills their `name`. `param` is "messages" or "input".
+std::optional<ApiError> CheckToolHistory(std::vector<ChatMessage>* messages, const std::string& param);
+
+// The history's calls and results as the template takes them: rewritten as text for templates
+// without tool support (GenericToolMessages), 9-character ids for Mistral (MistralToolIds).
+// One message out per message in.
+void PrepareToolMessages(const Service& service, std::vector<ChatMessage>* messages);
+
+// Prepares spec for rendering (PrepareToolMessages on spec->messages included): template variables or the generic system block and history
+// rewrite; sets the grammar for required / named choices. `instructions` (Responses): where the
+// generic block goes instead of a system message. Shifts spec->hint.reply_message when a system
+// message is inserted.
+std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, TurnSpec* spec,
+                                   std::optional<std::string>* instructions = nullptr);
+
+// The grammar text for tools.choice kRequired / kNamed in format f (exposed for tests).
+Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools);
+
+// The calls in a finished reply (ids assigned "call_..."), or none (content = the text).
+struct ToolReply {
+  std::string content;
+  std::vector<ChatToolCall> calls;
+};
+ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r);
+
+// Streaming with tools: which generated text may go out as content at once. Under required / a
+// named tool everything is held (the reply is calls); under auto the text is held while its start
+// (after whitespace) can still open a call in the template's format ("<tool_call>", "{" or
+// <|python_tag|>, "[" or [TOOL_CALLS]), then either held to the end (parsed by ExtractToolCalls)
+// or released as content from there on (no call is looked for after content started).
+class ToolHold {
+ public:
+  ToolHold(const Service& service, const ToolRequest& tools);
+  // The content to send now for one generated token and its text ("" while held).
+  std::string Feed(int32_t token, const std::string& text);
+  // The reply is (still) held: extract the calls at the end.
+  bool holding() const { return holding_ || !decided_; }
+
+ private:
+  const Tokenizer* tok_;
+  std::vector<std::string> openers_;
+  std::string held_;
+  bool decided_ = true;
+  bool holding_ = false;
+};
+
+// OpenAI chat `message.tool_calls` / `delta.tool_calls` entries.
+nlohmann::json ToolCallsJson(const std::vector<ChatToolCall>& calls);
+// Splits text into pieces of at most n bytes, never inside a UTF-8 character (streamed arguments).
+std::vector<std::string> Utf8Pieces(const std::string& text, size_t n);
+
+}  // namespace mnemo

@@ -1,0 +1,309 @@
+// Tool calls over real HTTP on stories260K (a model that knows no tools, rendered through the
+// generic tools block) and on a generated model with Qwen 2.5's template (tools rendered by the
+// template, Hermes syntax): required / named choices give calls whose arguments validate against
+// the tool's schema across seeds, on both APIs, streamed deltas reassemble to the same call, a
+// tool round trip continues the session's KV, and bad tool requests are 400s naming the member.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../grammar/schema_validator.h"
+#include "server_process.h"
+
+namespace mnemo::testing {
+namespace {
+
+using Json = nlohmann::json;
+using OJ = nlohmann::ordered_json;
+
+struct Client {
+  explicit Client(int port) : c("127.0.0.1", port) { c.set_read_timeout(120, 0); }
+  httplib::Result Post(const std::string& path, const Json& body) { return c.Post(path.c_str(), body.dump(), "application/json"); }
+  Json Ok(const std::string& path, const Json& body) {
+    auto r = Post(path, body);
+    EXPECT_TRUE(r);
+    if (!r) return Json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return Json::parse(r->body, nullptr, false);
+  }
+  httplib::Client c;
+};
+
+// The data: payloads of an SSE body.
+std::vector<Json> Events(const std::string& body) {
+  std::vector<Json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") break;
+    out.push_back(Json::parse(data));
+  }
+  return out;
+}
+
+const char* kWeather = R"({"type": "object", "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 12},
+  "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+  "required": ["city", "unit", "days"], "additionalProperties": false})";
+const char* kTime = R"({"type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"],
+  "additionalProperties": false})";
+
+Json ChatTools() {
+  return Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"description", "Weather forecast"}, {"parameters", Json::parse(kWeather)}}}},
+                      {{"type", "function"}, {"function", {{"name", "get_time"}, {"parameters", Json::parse(kTime)}}}}});
+}
+Json ResponsesTools() {
+  return Json::array({{{"type", "function"}, {"name", "get_weather"}, {"description", "Weather forecast"}, {"parameters", Json::parse(kWeather)}},
+                      {{"type", "function"}, {"name", "get_time"}, {"parameters", Json::parse(kTime)}}});
+}
+
+void ExpectValidCall(const std::string& name, const std::string& arguments, const std::string& what) {
+  ASSERT_TRUE(name == "get_weather" || name == "get_time") << what << ": " << name;
+  const OJ schema = OJ::parse(name == "get_weather" ? kWeather : kTime);
+  OJ v = OJ::parse(arguments, nullptr, false);
+  ASSERT_FALSE(v.is_discarded()) << what << ": arguments do not parse: " << arguments;
+  EXPECT_EQ(test::Validate(schema, v, schema), "") << what << ": " << arguments;
+}
+
+class Tools : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerProcess({"--max-context", "2048", "--kv-t0-mb", "64"}); }
+  static void TearDownTestSuite() { delete server_; }
+  static ServerProcess* server_;
+};
+ServerProcess* Tools::server_ = nullptr;
+
+Json UserAsks() { return Json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}}); }
+
+TEST_F(Tools, ChatRequiredAndNamedCallsValidateAcrossSeeds) {
+  ASSERT_GT(server_->port(), 0) << server_->log();
+  Client c(server_->port());
+  for (int seed = 1; seed <= 6; ++seed) {
+    const bool named = seed % 2 == 0;
+    Json body = {{"messages", UserAsks()}, {"tools", ChatTools()}, {"max_tokens", 160}, {"seed", seed},
+                 {"parallel_tool_calls", seed % 3 != 0},
+                 {"tool_choice", named ? Json{{"type", "function"}, {"function", {{"name", "get_time"}}}} : Json("required")}};
+    Json j = c.Ok("/v1/chat/completions", body);
+    const std::string what = "seed " + std::to_string(seed);
+    ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << what << ": " << j.dump();
+    const Json& m = j["choices"][0]["message"];
+    EXPECT_TRUE(m["content"].is_null()) << what;
+    ASSERT_GE(m["tool_calls"].size(), 1u) << what;
+    if (seed % 3 == 0) EXPECT_EQ(m["tool_calls"].size(), 1u) << what << ": parallel_tool_calls false";
+    for (const Json& call : m["tool_calls"]) {
+      EXPECT_EQ(call["type"], "function");
+      EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+      if (named) EXPECT_EQ(call["function"]["name"], "get_time") << what;
+      ExpectValidCall(call["function"]["name"], call["function"]["arguments"], what);
+    }
+  }
+}
+
+TEST_F(Tools, ChatStreamedDeltasReassembleToTheCall) {
+  Client c(server_->port());
+  for (int seed = 1; seed <= 3; ++seed) {
+    Json body = {{"messages", UserAsks()}, {"tools", ChatTools()}, {"max_tokens", 160}, {"seed", seed}, {"temperature", 0.8},
+                 {"tool_choice", "required"}};
+    Json whole = c.Ok("/v1/chat/completions", body);
+    body["stream"] = true;
+    auto r = c.Post("/v1/chat/completions", body);
+    ASSERT_TRUE(r && r->status == 200);
+    Json calls = Json::array();
+    std::string finish, content;
+    for (const Json& ev : Events(r->body)) {
+      if (ev["choices"].empty()) continue;
+      const Json& ch = ev["choices"][0];
+      if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+      if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) content += ch["delta"]["content"].get<std::string>();
+      if (!ch["delta"].contains("tool_calls")) continue;
+      for (const Json& d : ch["delta"]["tool_calls"]) {
+        const size_t k = d["index"];
+        if (k == calls.size()) {  // the first delta of a call: id, type, name, empty arguments
+          ASSERT_TRUE(d.contains("id") && d["type"] == "function" && d["function"]["arguments"] == "") << d.dump();
+          calls.push_back({{"name", d["function"]["name"]}, {"arguments", ""}});
+          continue;
+        }
+        ASSERT_LT(k, calls.size());
+        EXPECT_FALSE(d.contains("id"));
+        calls[k]["arguments"] = calls[k]["arguments"].get<std::string>() + d["function"]["arguments"].get<std::string>();
+      }
+    }
+    EXPECT_EQ(finish, "tool_calls");
+    EXPECT_EQ(content, "");
+    const Json& want = whole["choices"][0]["message"]["tool_calls"];
+    ASSERT_EQ(calls.size(), want.size()) << r->body;
+    for (size_t k = 0; k < calls.size(); ++k) {  // same seed: the same call
+      EXPECT_EQ(calls[k]["name"], want[k]["function"]["name"]);
+      EXPECT_EQ(calls[k]["arguments"], want[k]["function"]["arguments"]);
+    }
+  }
+}
+
+TEST_F(Tools, ChatRoundTripContinuesTheSessionKv) {
+  Client c(server_->port());
+  Json msgs = UserAsks();
+  msgs[0]["content"] = "Is it raining in Rome today?";
+  Json body = {{"messages", msgs}, {"tools", ChatTools()}, {"max_tokens", 160}, {"seed", 7}, {"tool_choice", "required"}};
+  Json j = c.Ok("/v1/chat/completions", body);
+  const Json call_msg = j["choices"][0]["message"];
+  const int turn1 = j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>();
+  msgs.push_back(call_msg);
+  for (const Json& call : call_msg["tool_calls"]) {
+    msgs.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "{\"rain\": false}"}});
+  }
+  body["messages"] = msgs;
+  body["tool_choice"] = "auto";
+  body["max_tokens"] = 12;
+  Json j2 = c.Ok("/v1/chat/completions", body);
+  // The whole first turn (prompt, the call as generated; the end token at most) is served from the KV.
+  EXPECT_GE(j2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), turn1 - 1) << j2.dump();
+  EXPECT_GT(j2["usage"]["prompt_tokens"].get<int>(), turn1);
+}
+
+TEST_F(Tools, ResponsesFunctionCallRoundTrip) {
+  Client c(server_->port());
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::string what = "seed " + std::to_string(seed);
+    Json body = {{"input", "Weather in Oslo for three days?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 160},
+                 {"seed", seed}, {"tool_choice", seed == 2 ? Json{{"type", "function"}, {"name", "get_weather"}} : Json("required")}};
+    Json r = c.Ok("/v1/responses", body);
+    ASSERT_EQ(r["status"], "completed") << r.dump();
+    EXPECT_EQ(r["tools"].size(), 2u);
+    Json outputs = Json::array();
+    for (const Json& item : r["output"]) {
+      ASSERT_EQ(item["type"], "function_call") << what << ": " << item.dump();
+      EXPECT_EQ(item["call_id"].get<std::string>().rfind("call_", 0), 0u);
+      EXPECT_EQ(item["id"].get<std::string>().rfind("fc_", 0), 0u);
+      if (seed == 2) EXPECT_EQ(item["name"], "get_weather");
+      ExpectValidCall(item["name"], item["arguments"], what);
+      outputs.push_back({{"type", "function_call_output"}, {"call_id", item["call_id"]}, {"output", "cloudy"}});
+    }
+    const int turn1 = r["usage"]["input_tokens"].get<int>() + r["usage"]["output_tokens"].get<int>();
+    Json next = {{"previous_response_id", r["id"]}, {"input", outputs}, {"tools", ResponsesTools()}, {"max_output_tokens", 8}};
+    Json r2 = c.Ok("/v1/responses", next);
+    EXPECT_GE(r2["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), turn1 - 1) << what << ": " << r2.dump();
+    // The calls can be referenced as items, and resent whole (stateless).
+    Json again = {{"input", Json::array({{{"type", "message"}, {"role", "user"}, {"content", "Weather in Oslo for three days?"}}})},
+                  {"tools", ResponsesTools()}, {"max_output_tokens", 4}};
+    for (const Json& item : r["output"]) again["input"].push_back({{"type", "item_reference"}, {"id", item["id"]}});
+    for (const Json& o : outputs) again["input"].push_back(o);
+    Json r3 = c.Ok("/v1/responses", again);
+    EXPECT_GE(r3["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), r["usage"]["input_tokens"].get<int>()) << what;
+  }
+}
+
+TEST_F(Tools, ResponsesStreamedCallEvents) {
+  Client c(server_->port());
+  Json body = {{"input", "Time in Tokyo?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 120}, {"seed", 5},
+               {"tool_choice", "required"}, {"stream", true}};
+  auto r = c.Post("/v1/responses", body);
+  ASSERT_TRUE(r && r->status == 200);
+  std::map<std::string, std::string> args, done;
+  Json final_output;
+  for (const Json& ev : Events(r->body)) {
+    const std::string type = ev["type"];
+    EXPECT_NE(type, "response.output_text.delta");
+    if (type == "response.output_item.added") {
+      ASSERT_EQ(ev["item"]["type"], "function_call");
+      EXPECT_EQ(ev["item"]["arguments"], "");
+      args[ev["item"]["id"]] = "";
+    }
+    if (type == "response.function_call_arguments.delta") args[ev["item_id"]] += ev["delta"].get<std::string>();
+    if (type == "response.function_call_arguments.done") done[ev["item_id"]] = ev["arguments"];
+    if (type == "response.completed") final_output = ev["response"]["output"];
+  }
+  ASSERT_FALSE(final_output.empty()) << r->body;
+  for (const Json& item : final_output) {
+    EXPECT_EQ(args[item["id"]], item["arguments"]);
+    EXPECT_EQ(done[item["id"]], item["arguments"]);
+    ExpectValidCall(item["name"], item["arguments"], "streamed");
+  }
+}
+
+TEST_F(Tools, AutoAndNoneAnswerInText) {
+  Client c(server_->port());
+  for (const char* choice : {"auto", "none"}) {
+    Json j = c.Ok("/v1/chat/completions", {{"messages", UserAsks()}, {"tools", ChatTools()}, {"max_tokens", 10},
+                                           {"tool_choice", choice}, {"seed", 3}});
+    // stories260K never writes <tool_call>: a story, not a call.
+    EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string()) << j.dump();
+    EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_NE(j["choices"][0]["finish_reason"], "tool_calls");
+  }
+}
+
+TEST_F(Tools, BadToolRequestsAre400WithParam) {
+  Client c(server_->port());
+  auto expect_400 = [&](const std::string& path, Json body, const std::string& param) {
+    auto r = c.Post(path, body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body.dump() << " -> " << r->body;
+    Json e = Json::parse(r->body, nullptr, false);
+    EXPECT_EQ(e["error"]["param"], param) << r->body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  };
+  const std::string chat = "/v1/chat/completions";
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "bad name!"}}}}}}}, "tools[0].function.name");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "code_interpreter"}}}}}, "tools[0].type");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}, {"pattern", "a+"}}}}}}}}},
+             "tools[0].function.parameters");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}, {{"type", "function"}, {"function", {{"name", "f"}}}}}}},
+             "tools[1].function.name");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", ChatTools()}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
+             "tool_choice.function.name");
+  expect_400(chat, {{"messages", UserAsks()}, {"tool_choice", "required"}}, "tool_choice");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", ChatTools()}, {"tool_choice", "sometimes"}}, "tool_choice");
+  Json orphan = UserAsks();
+  orphan.push_back({{"role", "tool"}, {"tool_call_id", "call_x"}, {"content", "1"}});
+  expect_400(chat, {{"messages", orphan}, {"tools", ChatTools()}}, "messages[1].tool_call_id");
+  Json no_id = UserAsks();
+  no_id.push_back({{"role", "tool"}, {"content", "1"}});
+  expect_400(chat, {{"messages", no_id}}, "messages[1].tool_call_id");
+  expect_400("/v1/responses", {{"input", "hi"}, {"tools", ResponsesTools()}, {"tool_choice", {{"type", "function"}, {"name", "nope"}}}},
+             "tool_choice.name");
+  expect_400("/v1/responses", {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}}}, "input[0].arguments");
+}
+
+// A generated model whose template renders tools itself (Qwen 2.5: <tools> in the system block,
+// <tool_call> replies): the grammar writes the template's own call syntax.
+TEST(ToolsTemplate, QwenTemplateRendersToolsAndCallsParse) {
+  const std::string bin = std::string(MNEMO_BINARY_DIR) + "/apps/mnemo";
+  const std::string model = std::string(MNEMO_BINARY_DIR) + "/tools_qwen." + std::to_string(getpid()) + ".gguf";
+  const std::string cmd = bin + " make-model --arch qwen2 --preset tiny --dtype f32 --seed 3 --context-length 4096 --vocab " + MNEMO_SHARED_DIR +
+                          "/models/stories260K/stories260K.gguf --chat-template " + MNEMO_CHAT_TEMPLATES_DIR +
+                          "/qwen2.5-instruct.jinja --out " + model + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  struct Cleanup {
+    std::string p;
+    ~Cleanup() { std::filesystem::remove(p); }
+  } cleanup{model};
+  ServerProcess server({"--max-context", "2048", "--kv-t0-mb", "64", "--threads", "1"}, model);
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  Json msgs = UserAsks();
+  for (int seed = 1; seed <= 3; ++seed) {
+    Json j = c.Ok("/v1/chat/completions", {{"messages", msgs}, {"tools", ChatTools()}, {"max_tokens", 160}, {"seed", seed},
+                                           {"tool_choice", "required"}});
+    ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j.dump();
+    for (const Json& call : j["choices"][0]["message"]["tool_calls"]) {
+      ExpectValidCall(call["function"]["name"], call["function"]["arguments"], "qwen seed " + std::to_string(seed));
+    }
+    if (seed == 3) {
+      const int turn1 = j["usage"]["prompt_tokens"];
+      msgs.push_back(j["choices"][0]["message"]);
+      for (const Json& call : j["choices"][0]["message"]["tool_calls"]) {
+        msgs.push_back({{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "ok"}});
+      }
+      Json j2 = c.Ok("/v1/chat/completions", {{"messages", msgs}, {"tools", ChatTools()}, {"max_tokens", 4}});
+      // At least the prompt (the template renders the call's arguments with spaces, the grammar without).
+      EXPECT_GE(j2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), turn1) << j2.dump();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mnemo::testing
