@@ -9,8 +9,9 @@ export async function startServer(extra = []) {
   const shared = process.env.MNEMO_SHARED_DIR;
   if (!bin || !shared) throw new Error('MNEMO_BIN and MNEMO_SHARED_DIR must be set (ctest sets them)');
   const dir = mkdtempSync(join(tmpdir(), 'mnemo-js-'));
+  const context = extra.includes('--max-context') ? [] : ['--max-context', '512'];  // extra may set it
   const args = ['serve', '--model', join(shared, 'models/stories260K/stories260K.gguf'), '--port', '0',
-    '--max-context', '512', '--db', join(dir, 'mnemo.db'), '--api-key', 'test-key', ...extra];
+    ...context, '--db', join(dir, 'mnemo.db'), '--api-key', 'test-key', ...extra];
   const proc = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
