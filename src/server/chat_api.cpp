@@ -204,11 +204,22 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     // Tool calls: the reply is held back while it may be a call (all of it under required / a
     // named tool; under auto while its start can open one) and sent as tool_calls deltas at the end.
     ToolHold hold(*service, *tools);
+    // Under required / a named tool the reply is calls in the grammar's shape: stream them as they
+    // are generated.
+    const bool forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
+    CallStream calls(DetectToolFormat(service->chat_template()));
     while (t.handle->Next(&ev)) {
       if (ev.kind == TurnEvent::kText) {
         auto now = std::chrono::steady_clock::now();
         metrics->InterToken(std::chrono::duration<double>(now - last).count());
         last = now;
+        if (forced) {
+          for (Json& d : calls.Feed(ev.text)) {
+            if (alive) alive = write(http::SseData(chunk({{"tool_calls", Json::array({std::move(d)})}}, nullptr)));
+          }
+          if (!alive) t.handle->Cancel();
+          continue;
+        }
         const std::string out = hold.Feed(ev.token, ev.text);
         if (alive && !out.empty()) alive = write(http::SseData(chunk({{"content", out}}, nullptr)));
         if (!alive) t.handle->Cancel();  // the client went away: stop generating
@@ -225,7 +236,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         write(http::SseData(Json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code}}}}));
       } else {
         std::string finish = FinishReasonName(r.finish_reason);
-        if (hold.holding()) {
+        if (forced) {
+          if (calls.calls() > 0) finish = "tool_calls";
+        } else if (hold.holding()) {
           const ToolReply reply = ExtractToolCalls(*service, *tools, r);
           if (!reply.calls.empty()) finish = "tool_calls";
           if (!reply.content.empty()) write(http::SseData(chunk({{"content", reply.content}}, nullptr)));

@@ -304,6 +304,54 @@ std::string ToolHold::Feed(int32_t token, const std::string& text) {
   return std::move(held_);
 }
 
+CallStream::CallStream(ToolFormat f) {
+  const std::string t = ToolCallText(f, "N", "\x01");
+  const size_t at = t.find("\"N\"");
+  name_prefix_ = t.substr(0, at);
+  mid_ = t.substr(at + 3, t.find('\x01') - at - 3);
+}
+
+std::vector<Json> CallStream::Feed(const std::string& text) {
+  text_ += text;
+  std::vector<Json> out;
+  // Bytes [from, to) of the arguments, up to the last whole UTF-8 character.
+  auto send = [&](size_t to) {
+    while (to > sent_ && to < text_.size() && (static_cast<unsigned char>(text_[to]) & 0xC0) == 0x80) --to;
+    if (to > sent_) {
+      out.push_back({{"index", calls_}, {"function", {{"arguments", text_.substr(sent_, to - sent_)}}}});
+      sent_ = to;
+    }
+  };
+  for (;;) {
+    if (!in_args_) {
+      const size_t i = text_.find(name_prefix_, pos_);
+      if (i == std::string::npos) return out;
+      const size_t ns = i + name_prefix_.size();
+      const size_t ne = JsonValueEnd(text_, ns);
+      if (ne == std::string::npos || ne + mid_.size() > text_.size()) return out;
+      auto name = Json::parse(text_.substr(ns, ne - ns), nullptr, false);
+      if (!name.is_string() || text_.compare(ne, mid_.size(), mid_) != 0) return out;  // not the grammar's shape
+      out.push_back({{"index", calls_}, {"id", NewId("call_")}, {"type", "function"},
+                     {"function", {{"name", name.get<std::string>()}, {"arguments", ""}}}});
+      in_args_ = true;
+      args_start_ = sent_ = ne + mid_.size();
+    }
+    if (args_start_ >= text_.size()) return out;
+    const char c = text_[args_start_];
+    size_t end = JsonValueEnd(text_, args_start_);
+    // A scalar's end is known only once a byte follows it.
+    if (c != '{' && c != '[' && c != '"' && end == text_.size()) end = std::string::npos;
+    if (end == std::string::npos) {
+      send(text_.size());
+      return out;
+    }
+    send(end);
+    in_args_ = false;
+    pos_ = end;
+    calls_++;
+  }
+}
+
 Json ToolCallsJson(const std::vector<ChatToolCall>& calls) {
   Json a = Json::array();
   for (const ChatToolCall& c : calls) {

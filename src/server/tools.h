@@ -95,6 +95,29 @@ class ToolHold {
   bool holding_ = false;
 };
 
+// Streaming under required / a named tool, where the grammar fixes the reply's shape: turns the
+// generated text into chat `delta.tool_calls` entries as it arrives, as OpenAI streams a call: the
+// first entry of call k is {index, id, type, function: {name, arguments: ""}} (sent once the name
+// is complete), then {index, function: {arguments: piece}} entries with the arguments' bytes as
+// they are generated (cut at UTF-8 character boundaries), concatenating to the arguments.
+class CallStream {
+ public:
+  explicit CallStream(ToolFormat f);
+  // The delta entries the new text completes (possibly none).
+  std::vector<nlohmann::json> Feed(const std::string& text);
+  int calls() const { return calls_; }
+
+ private:
+  std::string text_;          // the reply so far
+  std::string name_prefix_;   // the call text before the quoted name (after any separator)
+  std::string mid_;           // between the quoted name and the arguments
+  size_t pos_ = 0;            // where the next call is looked for
+  bool in_args_ = false;
+  size_t args_start_ = 0;     // the current call's arguments start here
+  size_t sent_ = 0;           // its bytes before this were sent
+  int calls_ = 0;
+};
+
 // OpenAI chat `message.tool_calls` / `delta.tool_calls` entries.
 nlohmann::json ToolCallsJson(const std::vector<ChatToolCall>& calls);
 // Splits text into pieces of at most n bytes, never inside a UTF-8 character (streamed arguments).

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../grammar/schema_validator.h"
+#include "server/tools.h"
 #include "server_process.h"
 
 namespace mnemo::testing {
@@ -266,6 +267,46 @@ TEST_F(Tools, BadToolRequestsAre400WithParam) {
   expect_400("/v1/responses", {{"input", "hi"}, {"tools", ResponsesTools()}, {"tool_choice", {{"type", "function"}, {"name", "nope"}}}},
              "tool_choice.name");
   expect_400("/v1/responses", {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}}}, "input[0].arguments");
+}
+
+// The chat stream of forced calls: the header once the name is whole, the arguments as they come.
+TEST(CallStream, StreamsArgumentsAsTheyAreGenerated) {
+  for (ToolFormat f : {ToolFormat::kHermes, ToolFormat::kLlama3, ToolFormat::kMistral}) {
+    const ToolCallFrame fr = ToolCallFraming(f);
+    const std::string args0 = "{\"city\":\"Z\xC3\xBCrich\",\"n\":[1,2]}", args1 = "{}";
+    const std::string text = fr.open + ToolCallText(f, "get_weather", args0) + fr.sep + ToolCallText(f, "t", args1) + fr.close;
+    CallStream s(f);
+    std::vector<Json> deltas;
+    size_t header_at = 0, first_args_at = 0;
+    for (size_t i = 0; i < text.size(); ++i) {  // one byte per token
+      for (Json& d : s.Feed(text.substr(i, 1))) {
+        if (d.contains("id") && header_at == 0) header_at = i;
+        if (!d.contains("id") && first_args_at == 0) first_args_at = i;
+        deltas.push_back(std::move(d));
+      }
+    }
+    SCOPED_TRACE(ToolFormatName(f));
+    EXPECT_EQ(s.calls(), 2);
+    EXPECT_EQ(header_at + 1, text.find(args0));   // the header goes out with the byte before the arguments
+    EXPECT_EQ(first_args_at, text.find(args0));   // and the arguments' first byte at once
+    std::vector<std::string> names, args;
+    for (const Json& d : deltas) {
+      const size_t k = d["index"];
+      if (d.contains("id")) {
+        ASSERT_EQ(k, names.size());
+        names.push_back(d["function"]["name"]);
+        args.push_back("");
+      } else {
+        ASSERT_LT(k, args.size());
+        args[k] += d["function"]["arguments"].get<std::string>();
+      }
+    }
+    ASSERT_EQ(names.size(), 2u);
+    EXPECT_EQ(names[0], "get_weather");
+    EXPECT_EQ(args[0], args0);
+    EXPECT_EQ(names[1], "t");
+    EXPECT_EQ(args[1], args1);
+  }
 }
 
 // A generated model whose template renders tools itself (Qwen 2.5: <tools> in the system block,
