@@ -13,6 +13,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kNotFound: return "not_found";
     case StatusCode::kAlreadyExists: return "already_exists";
     case StatusCode::kFailedPrecondition: return "failed_precondition";
+    case StatusCode::kAborted: return "aborted";
     case StatusCode::kOutOfRange: return "out_of_range";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
     case StatusCode::kUnavailable: return "unavailable";

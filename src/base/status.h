@@ -20,6 +20,7 @@ enum class StatusCode : uint8_t {
   kNotFound,            // a named thing (session, response, item) does not exist
   kAlreadyExists,       // creating something whose id is taken
   kFailedPrecondition,  // valid, but not in the current state (a session with a turn in progress)
+  kAborted,             // lost a race: another writer changed the object first (a store's compare-and-set)
   kOutOfRange,          // beyond a limit of this server (a context longer than the model or KV cache holds)
   kResourceExhausted,   // out of a bounded resource for now (queue full); retrying later may work
   kUnavailable,         // the service cannot take it now (shutting down)

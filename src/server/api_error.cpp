@@ -36,6 +36,10 @@ ApiError ToApiError(const Error& e, const std::string& prefix, std::string param
       out.status = 409;
       out.code = "session_busy";
       break;
+    case StatusCode::kAborted:  // another replica appended to the session first: retry re-reads it
+      out.status = 409;
+      out.code = "session_conflict";
+      break;
     case StatusCode::kResourceExhausted:
       out.status = 429;
       out.type = "rate_limit_error";

@@ -1,7 +1,6 @@
-// Opening the store: connections, pragmas, integrity check, schema migrations; ids and helpers.
+// Opening a store (choosing its backend); ids and helpers shared by the backends.
 #include "store/store.h"
 
-#include <sqlite3.h>
 #include <sys/random.h>
 
 #include <algorithm>
@@ -13,196 +12,34 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include "store/sqlite_db.h"
+#include "store/pg_store.h"
+#include "store/sqlite_store.h"
 #include "store/store_internal.h"
 
 namespace mnemo {
 
-using sqlite::Db;
-using sqlite::Transaction;
-
-namespace {
-
-// PRAGMA application_id of a mnemo store ("mnem"): tells our files from other SQLite databases.
-constexpr int64_t kApplicationId = 0x6d6e656d;
-
-// Migrations: kMigrations[v] takes the schema from version v to v + 1.
-// Columns avoid SQL keywords (begin/end). Positions are token indices in a session's log.
-const char* const kMigrations[] = {
-    // v0 -> v1
-    R"sql(
-CREATE TABLE meta(
-  key TEXT PRIMARY KEY,
-  value INTEGER NOT NULL
-);
-CREATE TABLE sessions(
-  id INTEGER PRIMARY KEY,
-  owner TEXT NOT NULL,
-  created_at REAL NOT NULL,
-  updated_at REAL NOT NULL,
-  n_tokens INTEGER NOT NULL
-);
--- One row per turn; tokens holds positions [turn_begin, turn_end) as little-endian int32.
-CREATE TABLE turns(
-  session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  turn_begin INTEGER NOT NULL,
-  prompt_end INTEGER NOT NULL,
-  turn_end INTEGER NOT NULL,
-  complete INTEGER NOT NULL,
-  tokens BLOB NOT NULL,
-  PRIMARY KEY(session_id, turn_begin)
-);
-CREATE TABLE conversations(
-  id TEXT PRIMARY KEY,
-  owner TEXT NOT NULL,
-  created_at REAL NOT NULL,
-  metadata_json TEXT NOT NULL,
-  session_id INTEGER REFERENCES sessions(id) ON DELETE SET NULL,
-  end_token INTEGER
-);
-CREATE INDEX conversations_by_session ON conversations(session_id);
-CREATE TABLE conversation_items(
-  id TEXT PRIMARY KEY,
-  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-  position INTEGER NOT NULL,
-  item_json TEXT NOT NULL,
-  created_at REAL NOT NULL,
-  UNIQUE(conversation_id, position)
-);
-CREATE TABLE responses(
-  id TEXT PRIMARY KEY,
-  owner TEXT NOT NULL,
-  session_id INTEGER REFERENCES sessions(id) ON DELETE SET NULL,
-  end_token INTEGER NOT NULL,
-  created_at REAL NOT NULL,
-  model TEXT NOT NULL,
-  status TEXT NOT NULL,
-  previous_response_id TEXT,
-  conversation_id TEXT REFERENCES conversations(id) ON DELETE SET NULL,
-  request_json TEXT NOT NULL,
-  input_items_json TEXT NOT NULL,
-  output_json TEXT NOT NULL,
-  usage_json TEXT NOT NULL
-);
-CREATE INDEX responses_by_session ON responses(session_id);
-CREATE INDEX responses_by_conversation ON responses(conversation_id);
-)sql",
-    // v1 -> v2: an item id is unique within its conversation, not across the store, so that a
-    // client-chosen id never collides with, nor probes for, another owner's items (issue 13).
-    R"sql(
-CREATE TABLE conversation_items_v2(
-  id TEXT NOT NULL,
-  conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-  position INTEGER NOT NULL,
-  item_json TEXT NOT NULL,
-  created_at REAL NOT NULL,
-  PRIMARY KEY(conversation_id, id),
-  UNIQUE(conversation_id, position)
-);
-INSERT INTO conversation_items_v2(id, conversation_id, position, item_json, created_at)
-  SELECT id, conversation_id, position, item_json, created_at FROM conversation_items;
-DROP TABLE conversation_items;
-ALTER TABLE conversation_items_v2 RENAME TO conversation_items;
-)sql",
-};
-static_assert(std::size(kMigrations) == Store::kSchemaVersion);
-
-// Sets the per-connection pragmas both connections need.
-Status Configure(Db& db, const StoreOptions& options) {
-  sqlite3_busy_timeout(db.handle(), options.busy_timeout_ms);
-  // The first read of the file: a non-database file fails here with "file is not a database".
-  auto mode = db.Prepare("PRAGMA journal_mode=WAL");
-  if (!mode) return mode.error();
-  auto row = mode->Step();
-  if (!row) return row.error();
-  if (!*row || mode->Text(0) != "wal") {
-    return db.Err("cannot switch to WAL mode (journal_mode is '" + (*row ? mode->Text(0) : "") + "')");
-  }
-  return db.Exec("PRAGMA foreign_keys=ON");
+Result<std::unique_ptr<Store>> Store::Open(const std::string& spec, const StoreOptions& options) {
+  if (IsPostgresSpec(spec)) return PgStore::Open(spec, options);
+  return SqliteStore::Open(spec, options);
 }
 
-// Brings the schema to Store::kSchemaVersion in one transaction.
-Status Migrate(Db& db, const std::string& path) {
-  auto tx = Transaction::Begin(db, Transaction::Kind::kWrite);
-  if (!tx) return tx.error();
-  auto n_tables = db.QueryInt("SELECT count(*) FROM sqlite_schema WHERE type='table'");
-  if (!n_tables) return n_tables.error();
-  auto app_id = db.QueryInt("PRAGMA application_id");
-  if (!app_id) return app_id.error();
-  int64_t version = 0;
-  if (**n_tables == 0) {
-    MNEMO_TRY(db.Exec(("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str()));
-    MNEMO_TRY(db.Exec("CREATE TABLE schema_version(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"));
-  } else {
-    if (app_id->value_or(0) != kApplicationId) {
-      return MakeError("'%s' is a SQLite database but not a mnemo store", path.c_str());
-    }
-    auto v = db.QueryInt("SELECT max(version) FROM schema_version");
-    if (!v) return v.error();
-    version = v->value_or(0);
-  }
-  if (version > Store::kSchemaVersion) {
-    return MakeError("store '%s' has schema version %lld, newer than this build's %d", path.c_str(),
-                     static_cast<long long>(version), Store::kSchemaVersion);
-  }
-  for (; version < Store::kSchemaVersion; ++version) {
-    MNEMO_TRY(db.Exec(kMigrations[version]));
-    auto ins = db.Prepare("INSERT INTO schema_version(version, applied_at) VALUES(?1, ?2)");
-    if (!ins) return ins.error();
-    MNEMO_TRY(ins->Bind(1, version + 1).Bind(2, UnixNow()).Run());
-  }
-  return tx->Commit();
+bool Store::IsPostgresSpec(const std::string& spec) {
+  return spec.starts_with("postgresql://") || spec.starts_with("postgres://");
 }
 
-Status QuickCheck(Db& db, const std::string& path) {
-  auto st = db.Prepare("PRAGMA quick_check");
+Result<int64_t> Store::NewSessionId() {
+  return MakeError(StatusCode::kFailedPrecondition, "store '%s' is not shared: the engine mints session ids",
+                   path_.c_str());
+}
+
+Result<std::vector<StoredSession>> Store::LoadSessions() {
+  std::vector<StoredSession> all;
+  Status st = ForEachSession([&](StoredSession&& s) {
+    all.push_back(std::move(s));
+    return Status::Ok();
+  });
   if (!st) return st.error();
-  std::string problems;
-  for (;;) {
-    auto row = st->Step();
-    if (!row) return row.error();
-    if (!*row) break;
-    std::string line = st->Text(0);
-    if (line == "ok") continue;
-    if (problems.size() < 500) problems += (problems.empty() ? "" : "; ") + line;
-  }
-  if (!problems.empty()) return MakeError("store '%s' is corrupt: %s", path.c_str(), problems.c_str());
-  return {};
-}
-
-}  // namespace
-
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path, const StoreOptions& options) {
-  if (path.empty() || path == ":memory:" || path.starts_with("file:")) {
-    return MakeError("store path must name a file, not '%s'", path.c_str());
-  }
-  std::unique_ptr<Store> store(new Store());
-  store->path_ = path;
-
-  auto writer = Db::Open(path, /*create=*/true);
-  if (!writer) return writer.error();
-  store->writer_ = std::move(*writer);
-  Db& w = *store->writer_;
-  MNEMO_TRY(Configure(w, options));
-  MNEMO_TRY(w.Exec(options.durability == Durability::kFull ? "PRAGMA synchronous=FULL"
-                                                             : "PRAGMA synchronous=NORMAL"));
-  // Keep the -wal file from growing without bound after checkpoints.
-  MNEMO_TRY(w.Exec("PRAGMA journal_size_limit=67108864"));
-  if (options.check_integrity) MNEMO_TRY(QuickCheck(w, path));
-  MNEMO_TRY(Migrate(w, path));
-
-  auto reader = Db::Open(path, /*create=*/false);
-  if (!reader) return reader.error();
-  store->reader_ = std::move(*reader);
-  MNEMO_TRY(Configure(*store->reader_, options));
-  MNEMO_TRY(store->reader_->Exec("PRAGMA query_only=1"));
-  return store;
-}
-
-Store::~Store() {
-  // Close the reader first so the writer's close can checkpoint and remove the -wal file.
-  reader_.reset();
-  writer_.reset();
+  return all;
 }
 
 // ---- ids, clock ----
@@ -235,6 +72,42 @@ std::string NewId(std::string_view prefix) {
     id += kHex[b & 15];
   }
   return id;
+}
+
+std::string NewId(std::string_view prefix, std::string_view key) {
+  if (key.empty()) return NewId(prefix);
+  std::string p(prefix);
+  p += key;
+  p += '_';
+  return NewId(p);
+}
+
+namespace {
+bool IsAlnum(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+}  // namespace
+
+std::string SanitizeAffinityKey(std::string_view raw) {
+  std::string key;
+  for (char c : raw) {
+    if (key.size() == kMaxAffinityKey) break;
+    if (IsAlnum(c)) key += c;
+  }
+  return key;
+}
+
+std::string AffinityKeyOf(std::string_view id) {
+  // <prefix>_<key>_<32 hex>: the key sits between the first '_' and the last one.
+  const size_t first = id.find('_'), last = id.rfind('_');
+  if (first == std::string_view::npos || last == first || id.size() - last - 1 != 32) return "";
+  for (char c : id.substr(last + 1)) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return "";
+  }
+  std::string_view key = id.substr(first + 1, last - first - 1);
+  if (key.empty() || key.size() > kMaxAffinityKey) return "";
+  for (char c : key) {
+    if (!IsAlnum(c)) return "";
+  }
+  return std::string(key);
 }
 
 double UnixNow() {

@@ -1,21 +1,21 @@
 // The durable store: sessions (raw token logs and turns), Responses API objects and Conversations
-// API objects, in one SQLite database file.
+// API objects. An interface with two backends, chosen by Store::Open's spec:
+//   - a file path: SQLite (sqlite_store.h), the single-node default;
+//   - "postgresql://..." or "postgres://...": PostgreSQL through libpq (pg_store.h), which several
+//     mnemo replicas can share.
+// Both keep the same data with the same semantics; the tests run one suite against both.
 //
 // Durability contract: once a write call (CommitTurn, AppendTurn, Put..., ...) returns OK, its
-// effects survive kill -9 of the process, and with Durability::kFull (the default) also a power
-// loss or OS crash. Every write call is one transaction: on an Error nothing of it is applied.
+// effects survive kill -9 of the process (and, with SQLite's Durability::kFull or PostgreSQL's
+// default synchronous_commit, a power loss or OS crash). Every write call is one transaction: on
+// an Error nothing of it is applied.
 //
-// Durability choice: the database runs in WAL mode. A commit appends its pages to the -wal file
-// with write(2) before returning, so even without fsync the data is in the OS page cache and a
-// kill -9 of this process cannot lose it. kFull adds synchronous=FULL: the WAL is fsynced at every
-// commit (one fsync per CommitTurn: ~3.5 ms mean on the dev VM's disk, against ~0.3 ms without;
-// small next to a turn's generation time) so an OS crash or power loss cannot lose it
-// either; kNormal (synchronous=NORMAL) fsyncs only at checkpoints: faster, still kill -9 safe, but a
-// power loss may drop the last commits (the database stays consistent).
+// Compare-and-set: a turn appends at `begin`, which must equal the session's stored length (and,
+// with TurnCommit::expected_length, the length before a truncation must be what the writer
+// expected). When another writer (another replica on a shared PostgreSQL store) moved the session
+// first, the write fails with StatusCode::kAborted and changes nothing: the loser must re-read.
 //
-// Threads: every method may be called from any thread. The store holds two connections: one for
-// writes and one for reads, each behind its own mutex. Writes are serialized; reads run beside a
-// write (WAL readers never wait for the writer) and see every write that returned before they began.
+// Threads: every method may be called from any thread (each backend says how it serializes).
 //
 // Owners: objects carry an owner string (the API key's hash, "" when auth is off). Lookups by
 // (id, owner) treat another owner's object as absent, so callers can answer 404 without leaking
@@ -23,7 +23,8 @@
 // the server.
 //
 // "Not found" is a value, not an Error: Get* return std::nullopt, Delete*/Update* return false.
-// An Error means bad input (a broken invariant) or a database failure.
+// An Error means bad input (a broken invariant) or a database failure (kUnavailable while a
+// PostgreSQL server cannot be reached).
 #pragma once
 
 #include <cstdint>
@@ -40,12 +41,20 @@
 
 namespace mnemo {
 
-namespace sqlite {
-class Db;
-}
-
 // A fresh id: prefix + 32 lowercase hex digits (128 bits from the kernel's CSPRNG, getrandom(2)).
 std::string NewId(std::string_view prefix);
+
+// Routing keys in ids (issue 14): a front (HAProxy) hashes a key to pick the replica that holds a
+// conversation. An id minted with a key reads prefix + key + "_" + 32 hex digits, e.g.
+// "resp_k3f9_<32 hex>": still 128 random bits, and every id of a chain carries the same key, so
+// every later turn hashes to the same replica. A key is 1..16 characters of [A-Za-z0-9].
+constexpr size_t kMaxAffinityKey = 16;
+// prefix + key + "_" + 32 hex, or NewId(prefix) when key is empty. key must be sanitised.
+std::string NewId(std::string_view prefix, std::string_view key);
+// A client-supplied key made safe: its [A-Za-z0-9] characters, at most the first 16 of them.
+std::string SanitizeAffinityKey(std::string_view raw);
+// The key an id carries ("" for an id minted without one, or not minted by mnemo).
+std::string AffinityKeyOf(std::string_view id);
 
 // Wall clock, unix seconds (what the store writes into created_at / updated_at).
 double UnixNow();
@@ -56,9 +65,11 @@ enum class Durability {
 };
 
 struct StoreOptions {
-  Durability durability = Durability::kFull;
-  int busy_timeout_ms = 5000;     // wait this long for a lock held by another process
-  bool check_integrity = true;    // PRAGMA quick_check at open (linear in the file size)
+  Durability durability = Durability::kFull;  // SQLite; PostgreSQL follows the server's settings
+  int busy_timeout_ms = 5000;     // SQLite: wait this long for a lock held by another process
+  bool check_integrity = true;    // SQLite: PRAGMA quick_check at open (linear in the file size)
+  int pg_connections = 4;         // PostgreSQL: connections in the pool (1..64)
+  int pg_connect_timeout_s = 5;   // PostgreSQL: give up connecting after this long
 };
 
 // ---- sessions ----
@@ -165,6 +176,9 @@ struct TurnCommit {
   int64_t prompt_end = 0;              // begin <= prompt_end <= begin + tokens.size()
   std::span<const int32_t> tokens;     // [end - begin] the turn's prompt and generated tokens
   bool complete = true;                // false: cut short
+  // Compare-and-set: when set, the session's stored length before truncation must be this, else
+  // kAborted (another writer moved the session). begin == stored length is always checked.
+  std::optional<int64_t> expected_length;
   // The response object; CommitTurn fills in its session_id and end_token (= begin + tokens.size()).
   std::optional<StoredResponse> response;
   std::optional<ConversationUpdate> conversation;
@@ -172,116 +186,111 @@ struct TurnCommit {
 
 class Store {
  public:
-  // Opens or creates the database at path and migrates its schema to the current version. Errors:
-  // unwritable path or file, a file that is not a SQLite database, a corrupt database, a SQLite
-  // database that is not a mnemo store, or one written by a newer mnemo.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options = {});
-  ~Store();
+  // Opens the store named by spec ("postgresql://..." / "postgres://...": PostgreSQL; anything
+  // else: a SQLite file path), creating and migrating its schema to the current version. Errors:
+  // SQLite: unwritable path or file, a file that is not a SQLite database, a corrupt database, a
+  // SQLite database that is not a mnemo store, or one written by a newer mnemo. PostgreSQL: a
+  // malformed URL, a server that cannot be reached (kUnavailable), a schema of a newer mnemo.
+  static Result<std::unique_ptr<Store>> Open(const std::string& spec, const StoreOptions& options = {});
+  static bool IsPostgresSpec(const std::string& spec);
+  virtual ~Store() = default;
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   static constexpr int kSchemaVersion = 2;
+  // What the store was opened with, for logs (a PostgreSQL URL without its password).
   const std::string& path() const { return path_; }
+  // True when several processes may write the store at once (PostgreSQL): session ids then come
+  // from NewSessionId, not from one process's counter.
+  virtual bool shared() const { return false; }
+  // A session id no other process sharing this store will mint (a PostgreSQL sequence). Errors:
+  // a store that is not shared (kFailedPrecondition), the database is unreachable (kUnavailable).
+  virtual Result<int64_t> NewSessionId();
 
   // ---- sessions ----
   // Errors: id exists, id <= 0.
-  Status CreateSession(int64_t id, const std::string& owner);
+  virtual Status CreateSession(int64_t id, const std::string& owner) = 0;
   // Appends one turn: tokens are positions [begin, begin + tokens.size()). Errors: unknown
   // session, begin != current log length, empty tokens, prompt_end outside [begin, end].
-  Status AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
-                    bool complete);
+  virtual Status AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
+                    bool complete) = 0;
   // Drops tokens and turns at positions >= n_tokens; a turn straddling n_tokens is cut there (and
   // marked incomplete). Responses and conversations pointing into the dropped part lose their
   // session pointer (session_id becomes empty). Errors: unknown session, n_tokens > length or < 0.
-  Status TruncateSession(int64_t id, int64_t n_tokens);
+  virtual Status TruncateSession(int64_t id, int64_t n_tokens) = 0;
   // A new session dst holding the first n_tokens of src (turns cut as in TruncateSession).
-  Status ForkSession(int64_t src, int64_t dst, int64_t n_tokens, const std::string& owner);
+  virtual Status ForkSession(int64_t src, int64_t dst, int64_t n_tokens, const std::string& owner) = 0;
   // Deletes the session; responses and conversations pointing at it lose their session pointer.
   // Error when unknown.
-  Status DeleteSession(int64_t id);
-  Result<StoredSession> LoadSession(int64_t id);  // Error when unknown
+  virtual Status DeleteSession(int64_t id) = 0;
+  virtual Result<StoredSession> LoadSession(int64_t id) = 0;  // Error when unknown
   // Calls fn for every session in id order, from one consistent snapshot; stops at fn's first
   // Error and returns it. Holds the read connection for the whole scan: fn must not call the
   // store's read methods (writes from fn are fine but are not seen by the scan).
-  Status ForEachSession(const std::function<Status(StoredSession&&)>& fn);
-  Result<std::vector<StoredSession>> LoadSessions();  // all of them, in id order
+  virtual Status ForEachSession(const std::function<Status(StoredSession&&)>& fn) = 0;
+  Result<std::vector<StoredSession>> LoadSessions();  // all of them, in id order (ForEachSession)
   // The highest session id ever created (deleted ones included), 0 when none: new ids must be above.
-  Result<int64_t> MaxSessionId();
+  virtual Result<int64_t> MaxSessionId() = 0;
   // What the stored token logs mean: a hash of the vocabulary and chat template they were made with
   // (Service), nullopt in a store that has none yet. Sessions made under another identity are
   // token ids of another vocabulary and must not be restored.
-  Result<std::optional<int64_t>> TokenIdentity();
-  Status SetTokenIdentity(int64_t identity);
+  virtual Result<std::optional<int64_t>> TokenIdentity() = 0;
+  virtual Status SetTokenIdentity(int64_t identity) = 0;
   // Deletes every session (as DeleteSession does each); returns how many there were.
-  Result<int64_t> DeleteAllSessions();
+  virtual Result<int64_t> DeleteAllSessions() = 0;
 
   // ---- the durable end of a turn ----
   // Applies c in one transaction: optional session creation, optional truncation, the turn's
   // append, the response row, the conversation's items and session pointer. Returns the ids of
   // the conversation items added (empty without a conversation). Durable when it returns OK.
-  Result<std::vector<std::string>> CommitTurn(const TurnCommit& c);
+  virtual Result<std::vector<std::string>> CommitTurn(const TurnCommit& c) = 0;
 
   // ---- responses ----
   // Inserts r (r.created_at == 0 means now). Errors: id exists, unknown session or conversation.
-  Status PutResponse(const StoredResponse& r);
-  Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner);
+  virtual Status PutResponse(const StoredResponse& r) = 0;
+  virtual Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner) = 0;
   // The previous_response_id chain from id back, newest first, at most max_links responses: what
   // following GetResponse hop by hop gives, in one query (a recursive CTE over the primary key). It
   // ends at the first link that is absent (deleted, or another owner's); empty when id itself is.
   // Links carry what a next turn needs (ResponseLink), not the request or usage JSON.
   // Cost: one statement, O(links) primary-key probes.
-  Result<std::vector<ResponseLink>> GetResponseChain(const std::string& id, const std::string& owner, int max_links);
-  Result<bool> DeleteResponse(const std::string& id, const std::string& owner);
+  virtual Result<std::vector<ResponseLink>> GetResponseChain(const std::string& id, const std::string& owner, int max_links) = 0;
+  virtual Result<bool> DeleteResponse(const std::string& id, const std::string& owner) = 0;
   // Pages through the response's input items (input_items_json, a JSON array); an item's id is
   // its "id" member ("" if it has none, such items cannot serve as `after`). nullopt when the
   // response is absent. Errors: `after` names no item of the list, malformed stored JSON.
-  Result<std::optional<ItemPage>> ListInputItems(const std::string& id, const std::string& owner,
-                                                 const ListOptions& options);
+  virtual Result<std::optional<ItemPage>> ListInputItems(const std::string& id, const std::string& owner,
+                                                 const ListOptions& options) = 0;
 
   // ---- conversations ----
   // Inserts c (c.id "" gets NewId("conv_"); created_at 0 means now) with its initial items;
   // returns the stored conversation and fills *item_ids (if given) with the items' ids.
-  Result<StoredConversation> CreateConversation(StoredConversation c, std::span<const NewItem> items,
-                                                std::vector<std::string>* item_ids = nullptr);
-  Result<std::optional<StoredConversation>> GetConversation(const std::string& id,
-                                                            const std::string& owner);
-  Result<bool> UpdateConversationMetadata(const std::string& id, const std::string& owner,
-                                          const std::string& metadata_json);
-  Result<bool> DeleteConversation(const std::string& id, const std::string& owner);  // and its items
+  virtual Result<StoredConversation> CreateConversation(StoredConversation c, std::span<const NewItem> items,
+                                                std::vector<std::string>* item_ids = nullptr) = 0;
+  virtual Result<std::optional<StoredConversation>> GetConversation(const std::string& id,
+                                                            const std::string& owner) = 0;
+  virtual Result<bool> UpdateConversationMetadata(const std::string& id, const std::string& owner,
+                                          const std::string& metadata_json) = 0;
+  virtual Result<bool> DeleteConversation(const std::string& id, const std::string& owner) = 0;  // and its items
   // Appends items after the last one; nullopt when the conversation is absent.
-  Result<std::optional<std::vector<std::string>>> AddConversationItems(const std::string& id,
+  virtual Result<std::optional<std::vector<std::string>>> AddConversationItems(const std::string& id,
                                                                        const std::string& owner,
-                                                                       std::span<const NewItem> items);
+                                                                       std::span<const NewItem> items) = 0;
   // nullopt when the conversation is absent. Errors: `after` names no item of the conversation.
-  Result<std::optional<ItemPage>> ListConversationItems(const std::string& id, const std::string& owner,
-                                                        const ListOptions& options);
-  Result<std::optional<StoredItem>> GetConversationItem(const std::string& id, const std::string& owner,
-                                                        const std::string& item_id);
-  Result<bool> DeleteConversationItem(const std::string& id, const std::string& owner,
-                                      const std::string& item_id);
+  virtual Result<std::optional<ItemPage>> ListConversationItems(const std::string& id, const std::string& owner,
+                                                        const ListOptions& options) = 0;
+  virtual Result<std::optional<StoredItem>> GetConversationItem(const std::string& id, const std::string& owner,
+                                                        const std::string& item_id) = 0;
+  virtual Result<bool> DeleteConversationItem(const std::string& id, const std::string& owner,
+                                      const std::string& item_id) = 0;
   // Points the conversation at (session_id, end_token), or clears the pointer (session_id empty).
   // Returns false when the conversation is absent. Errors: unknown session.
-  Result<bool> SetConversationSession(const std::string& id, std::optional<int64_t> session_id,
-                                      std::optional<int64_t> end_token);
+  virtual Result<bool> SetConversationSession(const std::string& id, std::optional<int64_t> session_id,
+                                      std::optional<int64_t> end_token) = 0;
 
- private:
+ protected:
   Store() = default;
-  // Bodies of the write operations; the caller holds write_mu_ and an open write transaction.
-  Status CreateSessionTx(int64_t id, const std::string& owner, double now);
-  Status AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
-                      bool complete, double now);
-  Status TruncateSessionTx(int64_t id, int64_t n_tokens, double now);
-  Status PutResponseTx(const StoredResponse& r);
-  Result<std::vector<std::string>> AddItemsTx(const std::string& conversation_id,
-                                              std::span<const NewItem> items, double now);
-  Result<int64_t> SessionLength(sqlite::Db& db, int64_t id);  // Error when unknown
-  Status LoadTurns(sqlite::Db& db, int64_t id, StoredSession& s);
-
   std::string path_;
-  std::mutex write_mu_;                 // guards writer_
-  std::unique_ptr<sqlite::Db> writer_;  // every write goes through this connection
-  std::mutex read_mu_;                  // guards reader_
-  std::unique_ptr<sqlite::Db> reader_;  // query_only connection for reads
 };
 
 }  // namespace mnemo

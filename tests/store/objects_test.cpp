@@ -11,23 +11,23 @@ namespace mnemo {
 namespace {
 
 using testing_util::Paging;
-using testing_util::TempDir;
 
-class StoreObjects : public ::testing::Test {
+class StoreObjects : public ::testing::TestWithParam<testing_util::Backend> {
  protected:
   void SetUp() override {
-    auto s = Store::Open(dir_.File("o.db"));
+    if (!home_.unavailable().empty()) GTEST_SKIP() << home_.unavailable();
+    auto s = Store::Open(home_.Spec("o.db"));
     ASSERT_TRUE(s.ok()) << s.error().message;
     store_ = std::move(*s);
   }
   // Reopens the same file (everything must still be there).
   void Reopen() {
     store_.reset();
-    auto s = Store::Open(dir_.File("o.db"));
+    auto s = Store::Open(home_.Spec("o.db"));
     ASSERT_TRUE(s.ok()) << s.error().message;
     store_ = std::move(*s);
   }
-  TempDir dir_;
+  testing_util::StoreHome home_{GetParam()};
   std::unique_ptr<Store> store_;
 };
 
@@ -63,7 +63,7 @@ TEST(StoreIds, NewIdIsPrefixAnd32Hex) {
   EXPECT_NE(a, b);
 }
 
-TEST_F(StoreObjects, ResponseRoundTripAndOwnership) {
+TEST_P(StoreObjects, ResponseRoundTripAndOwnership) {
   StoredResponse r = SampleResponse("resp_1", "key-a");
   ASSERT_TRUE(store_->PutResponse(r).ok());
   EXPECT_FALSE(store_->PutResponse(r).ok());  // id exists
@@ -105,7 +105,7 @@ TEST_F(StoreObjects, ResponseRoundTripAndOwnership) {
   EXPECT_FALSE(got->has_value());
 }
 
-TEST_F(StoreObjects, ResponseReferencesAreChecked) {
+TEST_P(StoreObjects, ResponseReferencesAreChecked) {
   StoredResponse r = SampleResponse("resp_1", "");
   r.session_id = 42;  // unknown
   Status st = store_->PutResponse(r);
@@ -119,7 +119,7 @@ TEST_F(StoreObjects, ResponseReferencesAreChecked) {
   EXPECT_FALSE(got->has_value());
 }
 
-TEST_F(StoreObjects, InputItemsPageBothWays) {
+TEST_P(StoreObjects, InputItemsPageBothWays) {
   ASSERT_TRUE(store_->PutResponse(SampleResponse("resp_1", "k")).ok());
   auto p = store_->ListInputItems("resp_1", "k", Paging(true, "", 2));
   ASSERT_TRUE(p.ok() && p->has_value());
@@ -137,7 +137,7 @@ TEST_F(StoreObjects, InputItemsPageBothWays) {
   EXPECT_FALSE(store_->ListInputItems("resp_1", "k", Paging(true, "", 0)).ok());
 }
 
-TEST_F(StoreObjects, ConversationLifecycle) {
+TEST_P(StoreObjects, ConversationLifecycle) {
   StoredConversation c;
   c.owner = "k";
   c.metadata_json = R"({"topic":"demo"})";
@@ -236,7 +236,7 @@ TEST_F(StoreObjects, ConversationLifecycle) {
   EXPECT_TRUE(again.ok()) << (again.ok() ? "" : again.error().message);
 }
 
-TEST_F(StoreObjects, ConversationOwnershipIsolation) {
+TEST_P(StoreObjects, ConversationOwnershipIsolation) {
   StoredConversation c;
   c.owner = "alice";
   std::vector<std::string> ids;
@@ -273,7 +273,7 @@ TEST_F(StoreObjects, ConversationOwnershipIsolation) {
 // An item id is unique within its conversation only: another owner's conversation may use the
 // same client-chosen id (no collision, so no way to probe for it); a repeat within one
 // conversation, or within one batch, is kAlreadyExists and adds nothing.
-TEST_F(StoreObjects, ItemIdsAreScopedToTheirConversation) {
+TEST_P(StoreObjects, ItemIdsAreScopedToTheirConversation) {
   StoredConversation a, b;
   a.owner = "alice";
   b.owner = "bob";
@@ -303,7 +303,7 @@ TEST_F(StoreObjects, ItemIdsAreScopedToTheirConversation) {
   ASSERT_TRUE(ib.ok() && ib->has_value());
 }
 
-TEST_F(StoreObjects, CommitTurnWritesEverythingTogether) {
+TEST_P(StoreObjects, CommitTurnWritesEverythingTogether) {
   StoredConversation c;
   auto conv = store_->CreateConversation(c, {});
   ASSERT_TRUE(conv.ok());
@@ -357,7 +357,7 @@ TEST_F(StoreObjects, CommitTurnWritesEverythingTogether) {
 }
 
 // Each commit fails at a different step, after earlier steps wrote: nothing of it may remain.
-TEST_F(StoreObjects, FailedCommitLeavesNothing) {
+TEST_P(StoreObjects, FailedCommitLeavesNothing) {
   ASSERT_TRUE(store_->PutResponse(SampleResponse("resp_taken", "")).ok());
   StoredConversation c;
   auto conv = store_->CreateConversation(c, std::vector<NewItem>{{"msg_taken", R"({"type":"message"})"}});
@@ -430,7 +430,7 @@ std::vector<std::string> WalkIds(Store& store, const std::string& id, const std:
   return out;
 }
 
-TEST_F(StoreObjects, ResponseChainIsTheHopByHopWalkInOneQuery) {
+TEST_P(StoreObjects, ResponseChainIsTheHopByHopWalkInOneQuery) {
   // resp_0 <- resp_1 <- ... <- resp_9 (key-a), with resp_4 another owner's.
   for (int i = 0; i < 10; i++) {
     StoredResponse r = SampleResponse("resp_" + std::to_string(i), i == 4 ? "key-b" : "key-a");
@@ -462,6 +462,10 @@ TEST_F(StoreObjects, ResponseChainIsTheHopByHopWalkInOneQuery) {
   EXPECT_EQ(ids("resp_9", "key-a", 100), (std::vector<std::string>{"resp_9", "resp_8"}));
   EXPECT_EQ(ids("resp_9", "key-a", 100), WalkIds(*store_, "resp_9", "key-a", 100));
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreObjects,
+                         ::testing::Values(testing_util::Backend::kSqlite, testing_util::Backend::kPostgres),
+                         testing_util::BackendName);
 
 }  // namespace
 }  // namespace mnemo

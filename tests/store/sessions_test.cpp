@@ -13,7 +13,6 @@ namespace mnemo {
 namespace {
 
 using testing_util::MakeResponse;
-using testing_util::TempDir;
 
 std::unique_ptr<Store> MustOpen(const std::string& path, const StoreOptions& o = {}) {
   auto s = Store::Open(path, o);
@@ -21,15 +20,24 @@ std::unique_ptr<Store> MustOpen(const std::string& path, const StoreOptions& o =
   return s.ok() ? std::move(*s) : nullptr;
 }
 
+class StoreSessions : public ::testing::TestWithParam<testing_util::Backend> {
+ protected:
+  void SetUp() override {
+    if (!home_.unavailable().empty()) GTEST_SKIP() << home_.unavailable();
+  }
+  std::string Spec(const std::string& name) { return home_.Spec(name); }
+  bool postgres() const { return GetParam() == testing_util::Backend::kPostgres; }
+  testing_util::StoreHome home_{GetParam()};
+};
+
 std::vector<int32_t> Range(int32_t from, int32_t n) {
   std::vector<int32_t> v(n);
   std::iota(v.begin(), v.end(), from);
   return v;
 }
 
-TEST(StoreSessions, AppendAndLoadRoundTrip) {
-  TempDir dir;
-  auto store = MustOpen(dir.File("s.db"));
+TEST_P(StoreSessions, AppendAndLoadRoundTrip) {
+  auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->CreateSession(7, "alice").ok());
   std::vector<int32_t> t1 = {1, 2, 3, 4, -5, 2147483647};  // any int32 survives
@@ -57,9 +65,8 @@ TEST(StoreSessions, AppendAndLoadRoundTrip) {
   EXPECT_FALSE(s->turns[1].complete);
 }
 
-TEST(StoreSessions, BadAppendsAreErrorsAndChangeNothing) {
-  TempDir dir;
-  auto store = MustOpen(dir.File("s.db"));
+TEST_P(StoreSessions, BadAppendsAreErrorsAndChangeNothing) {
+  auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->CreateSession(1, "").ok());
   EXPECT_FALSE(store->CreateSession(1, "").ok());   // exists
@@ -82,9 +89,8 @@ TEST(StoreSessions, BadAppendsAreErrorsAndChangeNothing) {
   EXPECT_FALSE(store->DeleteSession(99).ok());
 }
 
-TEST(StoreSessions, TruncateCutsTurnsAndDetachesLaterResponses) {
-  TempDir dir;
-  auto store = MustOpen(dir.File("s.db"));
+TEST_P(StoreSessions, TruncateCutsTurnsAndDetachesLaterResponses) {
+  auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->CreateSession(3, "").ok());
   ASSERT_TRUE(store->AppendTurn(3, 0, 3, Range(0, 5), true).ok());    // [0, 5)
@@ -129,9 +135,8 @@ TEST(StoreSessions, TruncateCutsTurnsAndDetachesLaterResponses) {
   EXPECT_TRUE(s->turns.empty());
 }
 
-TEST(StoreSessions, ForkCopiesAPrefix) {
-  TempDir dir;
-  auto store = MustOpen(dir.File("s.db"));
+TEST_P(StoreSessions, ForkCopiesAPrefix) {
+  auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->CreateSession(1, "o").ok());
   ASSERT_TRUE(store->AppendTurn(1, 0, 2, Range(0, 4), true).ok());
@@ -150,9 +155,8 @@ TEST(StoreSessions, ForkCopiesAPrefix) {
   EXPECT_EQ(src->tokens, Range(0, 8));  // untouched
 }
 
-TEST(StoreSessions, DeleteKeepsTheIdHighWaterMark) {
-  TempDir dir;
-  auto store = MustOpen(dir.File("s.db"));
+TEST_P(StoreSessions, DeleteKeepsTheIdHighWaterMark) {
+  auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
   auto m = store->MaxSessionId();
   ASSERT_TRUE(m.ok());
@@ -176,9 +180,8 @@ TEST(StoreSessions, DeleteKeepsTheIdHighWaterMark) {
   EXPECT_EQ((*all)[0].id, 5);
 }
 
-TEST(StoreSessions, ReopenKeepsEverything) {
-  TempDir dir;
-  const std::string path = dir.File("s.db");
+TEST_P(StoreSessions, ReopenKeepsEverything) {
+  const std::string path = Spec("s.db");
   Rng rng(3);
   std::vector<std::vector<int32_t>> logs(20);
   {
@@ -215,10 +218,10 @@ TEST(StoreSessions, ReopenKeepsEverything) {
 
 // 2,000 sessions x 2,000 tokens (10 turns each) written, then loaded at start-up. Reported, not
 // asserted strictly: the bound is loose enough for a loaded CI machine.
-TEST(StoreSessions, LoadSpeedTwoThousandSessions) {
-  TempDir dir;
-  const std::string path = dir.File("s.db");
-  const int kSessions = 2000, kTurns = 10, kTurnTokens = 200;
+TEST_P(StoreSessions, LoadSpeedTwoThousandSessions) {
+  const std::string path = Spec("s.db");
+  // PostgreSQL: a tenth of the sessions (each append is a transaction over TCP; CI time).
+  const int kSessions = postgres() ? 200 : 2000, kTurns = 10, kTurnTokens = 200;
   {
     auto store = MustOpen(path, testing_util::WithDurability(Durability::kNormal));
     ASSERT_TRUE(store);
@@ -253,6 +256,10 @@ TEST(StoreSessions, LoadSpeedTwoThousandSessions) {
   RecordProperty("load_seconds", std::to_string(load_s));
   EXPECT_LT(load_s, 5.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreSessions,
+                         ::testing::Values(testing_util::Backend::kSqlite, testing_util::Backend::kPostgres),
+                         testing_util::BackendName);
 
 }  // namespace
 }  // namespace mnemo

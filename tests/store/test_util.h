@@ -8,6 +8,9 @@
 #include <string>
 
 #include "store/store.h"
+#include "pg_server.h"
+#include <gtest/gtest.h>
+#include <map>
 
 namespace mnemo::testing_util {
 
@@ -30,6 +33,40 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+enum class Backend { kSqlite, kPostgres };
+inline void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::kSqlite ? "SQLite" : "PostgreSQL"); }
+inline std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::kSqlite ? "Sqlite" : "Postgres";
+}
+
+// Where a test's stores live: files in a temporary directory (SQLite), or fresh databases on the
+// test PostgreSQL server, one per name. The same name gives the same store (reopening).
+class StoreHome {
+ public:
+  explicit StoreHome(Backend b) : backend_(b) {
+    if (b == Backend::kPostgres) {
+      server_ = PgServer::Shared(&why_);
+    }
+  }
+  // Empty when the backend can run; else why not (the test skips with it).
+  const std::string& unavailable() const { return why_; }
+  Backend backend() const { return backend_; }
+  PgServer* server() const { return server_; }
+  std::string Spec(const std::string& name) {
+    if (backend_ == Backend::kSqlite) return dir_.File(name);
+    auto it = dbs_.find(name);
+    if (it == dbs_.end()) it = dbs_.emplace(name, server_->NewDatabase()).first;
+    return it->second;
+  }
+
+ private:
+  Backend backend_;
+  TempDir dir_;
+  PgServer* server_ = nullptr;
+  std::string why_;
+  std::map<std::string, std::string> dbs_;
 };
 
 // A minimal completed response (model "m"). (Strings are moved in, not assigned from literals:

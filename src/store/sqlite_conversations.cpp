@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/sqlite_db.h"
-#include "store/store.h"
+#include "store/sqlite_store.h"
 #include "store/store_internal.h"
 
 namespace mnemo {
@@ -37,7 +37,7 @@ StoredItem ItemFromRow(const sqlite::Stmt& st) {
 }
 }  // namespace
 
-Result<std::vector<std::string>> Store::AddItemsTx(const std::string& conversation_id,
+Result<std::vector<std::string>> SqliteStore::AddItemsTx(const std::string& conversation_id,
                                                    std::span<const NewItem> items, double now) {
   auto exists = ConversationExists(*writer_, conversation_id, nullptr);
   if (!exists) return exists.error();
@@ -71,7 +71,7 @@ Result<std::vector<std::string>> Store::AddItemsTx(const std::string& conversati
   return ids;
 }
 
-Result<StoredConversation> Store::CreateConversation(StoredConversation c, std::span<const NewItem> items,
+Result<StoredConversation> SqliteStore::CreateConversation(StoredConversation c, std::span<const NewItem> items,
                                                      std::vector<std::string>* item_ids) {
   if (c.id.empty()) c.id = NewId("conv_");
   if (c.metadata_json.empty()) c.metadata_json = "{}";
@@ -103,7 +103,7 @@ Result<StoredConversation> Store::CreateConversation(StoredConversation c, std::
   return c;
 }
 
-Result<std::optional<StoredConversation>> Store::GetConversation(const std::string& id,
+Result<std::optional<StoredConversation>> SqliteStore::GetConversation(const std::string& id,
                                                                  const std::string& owner) {
   std::lock_guard lock(read_mu_);
   auto st = reader_->Prepare(
@@ -124,7 +124,7 @@ Result<std::optional<StoredConversation>> Store::GetConversation(const std::stri
   return std::optional<StoredConversation>(std::move(c));
 }
 
-Result<bool> Store::UpdateConversationMetadata(const std::string& id, const std::string& owner,
+Result<bool> SqliteStore::UpdateConversationMetadata(const std::string& id, const std::string& owner,
                                                const std::string& metadata_json) {
   MNEMO_TRY(CheckMetadata(metadata_json));
   std::lock_guard lock(write_mu_);
@@ -138,7 +138,7 @@ Result<bool> Store::UpdateConversationMetadata(const std::string& id, const std:
   return found;
 }
 
-Result<bool> Store::DeleteConversation(const std::string& id, const std::string& owner) {
+Result<bool> SqliteStore::DeleteConversation(const std::string& id, const std::string& owner) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -150,7 +150,7 @@ Result<bool> Store::DeleteConversation(const std::string& id, const std::string&
   return found;
 }
 
-Result<std::optional<std::vector<std::string>>> Store::AddConversationItems(const std::string& id,
+Result<std::optional<std::vector<std::string>>> SqliteStore::AddConversationItems(const std::string& id,
                                                                             const std::string& owner,
                                                                             std::span<const NewItem> items) {
   using Out = std::optional<std::vector<std::string>>;
@@ -166,7 +166,7 @@ Result<std::optional<std::vector<std::string>>> Store::AddConversationItems(cons
   return Out(std::move(*ids));
 }
 
-Result<std::optional<ItemPage>> Store::ListConversationItems(const std::string& id, const std::string& owner,
+Result<std::optional<ItemPage>> SqliteStore::ListConversationItems(const std::string& id, const std::string& owner,
                                                              const ListOptions& options) {
   MNEMO_TRY(store_internal::CheckLimit(options));
   std::lock_guard lock(read_mu_);
@@ -208,7 +208,7 @@ Result<std::optional<ItemPage>> Store::ListConversationItems(const std::string& 
   return std::optional<ItemPage>(std::move(page));
 }
 
-Result<std::optional<StoredItem>> Store::GetConversationItem(const std::string& id, const std::string& owner,
+Result<std::optional<StoredItem>> SqliteStore::GetConversationItem(const std::string& id, const std::string& owner,
                                                              const std::string& item_id) {
   std::lock_guard lock(read_mu_);
   auto st = reader_->Prepare(
@@ -221,7 +221,7 @@ Result<std::optional<StoredItem>> Store::GetConversationItem(const std::string& 
   return std::optional<StoredItem>(ItemFromRow(*st));
 }
 
-Result<bool> Store::DeleteConversationItem(const std::string& id, const std::string& owner,
+Result<bool> SqliteStore::DeleteConversationItem(const std::string& id, const std::string& owner,
                                            const std::string& item_id) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
@@ -236,7 +236,7 @@ Result<bool> Store::DeleteConversationItem(const std::string& id, const std::str
   return found;
 }
 
-Result<bool> Store::SetConversationSession(const std::string& id, std::optional<int64_t> session_id,
+Result<bool> SqliteStore::SetConversationSession(const std::string& id, std::optional<int64_t> session_id,
                                            std::optional<int64_t> end_token) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);

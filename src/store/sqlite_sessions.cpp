@@ -2,7 +2,7 @@
 #include <mutex>
 
 #include "store/sqlite_db.h"
-#include "store/store.h"
+#include "store/sqlite_store.h"
 #include "store/store_internal.h"
 
 namespace mnemo {
@@ -43,7 +43,7 @@ Status AddTurnRow(const sqlite::Stmt& st, int first_col, StoredSession& s) {
 
 // ---- write bodies (write_mu_ held, write transaction open) ----
 
-Result<int64_t> Store::SessionLength(Db& db, int64_t id) {
+Result<int64_t> SqliteStore::SessionLength(Db& db, int64_t id) {
   auto st = db.Prepare("SELECT n_tokens FROM sessions WHERE id=?1");
   if (!st) return st.error();
   st->Bind(1, id);
@@ -53,7 +53,7 @@ Result<int64_t> Store::SessionLength(Db& db, int64_t id) {
   return st->Int(0);
 }
 
-Status Store::CreateSessionTx(int64_t id, const std::string& owner, double now) {
+Status SqliteStore::CreateSessionTx(int64_t id, const std::string& owner, double now) {
   if (id <= 0) return MakeError("session ids must be positive, not %lld", LL(id));
   auto exists = writer_->Prepare("SELECT 1 FROM sessions WHERE id=?1");
   if (!exists) return exists.error();
@@ -71,7 +71,7 @@ Status Store::CreateSessionTx(int64_t id, const std::string& owner, double now) 
   return hw->Bind(1, id).Run();
 }
 
-Status Store::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
+Status SqliteStore::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
                            bool complete, double now) {
   int64_t end = begin + static_cast<int64_t>(tokens.size());
   if (tokens.empty()) return MakeError("session %lld: a turn needs at least one token", LL(id));
@@ -81,9 +81,9 @@ Status Store::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, std::s
   }
   auto len = SessionLength(*writer_, id);
   if (!len) return len.error();
-  if (*len != begin) {
-    return MakeError("session %lld has %lld tokens: a turn must begin there, not at %lld", LL(id), LL(*len),
-                     LL(begin));
+  if (*len != begin) {  // the compare-and-set of a turn: another writer moved the session first
+    return MakeError(StatusCode::kAborted, "session %lld has %lld tokens: a turn must begin there, not at %lld",
+                     LL(id), LL(*len), LL(begin));
   }
   auto ins = writer_->Prepare(
       "INSERT INTO turns(session_id, turn_begin, prompt_end, turn_end, complete, tokens) "
@@ -98,7 +98,7 @@ Status Store::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, std::s
   return upd->Bind(1, id).Bind(2, end).Bind(3, now).Run();
 }
 
-Status Store::TruncateSessionTx(int64_t id, int64_t n, double now) {
+Status SqliteStore::TruncateSessionTx(int64_t id, int64_t n, double now) {
   auto len = SessionLength(*writer_, id);
   if (!len) return len.error();
   if (n < 0 || n > *len) {
@@ -126,7 +126,7 @@ Status Store::TruncateSessionTx(int64_t id, int64_t n, double now) {
 
 // ---- sessions ----
 
-Status Store::CreateSession(int64_t id, const std::string& owner) {
+Status SqliteStore::CreateSession(int64_t id, const std::string& owner) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -134,7 +134,7 @@ Status Store::CreateSession(int64_t id, const std::string& owner) {
   return tx->Commit();
 }
 
-Status Store::AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
+Status SqliteStore::AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
                          bool complete) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
@@ -143,7 +143,7 @@ Status Store::AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::spa
   return tx->Commit();
 }
 
-Status Store::TruncateSession(int64_t id, int64_t n_tokens) {
+Status SqliteStore::TruncateSession(int64_t id, int64_t n_tokens) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -151,7 +151,7 @@ Status Store::TruncateSession(int64_t id, int64_t n_tokens) {
   return tx->Commit();
 }
 
-Status Store::ForkSession(int64_t src, int64_t dst, int64_t n, const std::string& owner) {
+Status SqliteStore::ForkSession(int64_t src, int64_t dst, int64_t n, const std::string& owner) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -179,7 +179,7 @@ Status Store::ForkSession(int64_t src, int64_t dst, int64_t n, const std::string
   return tx->Commit();
 }
 
-Status Store::DeleteSession(int64_t id) {
+Status SqliteStore::DeleteSession(int64_t id) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -190,7 +190,7 @@ Status Store::DeleteSession(int64_t id) {
   return tx->Commit();
 }
 
-Status Store::LoadTurns(Db& db, int64_t id, StoredSession& s) {
+Status SqliteStore::LoadTurns(Db& db, int64_t id, StoredSession& s) {
   auto st = db.Prepare(
       "SELECT turn_begin, prompt_end, turn_end, complete, tokens FROM turns "
       "WHERE session_id=?1 ORDER BY turn_begin");
@@ -204,7 +204,7 @@ Status Store::LoadTurns(Db& db, int64_t id, StoredSession& s) {
   }
 }
 
-Result<StoredSession> Store::LoadSession(int64_t id) {
+Result<StoredSession> SqliteStore::LoadSession(int64_t id) {
   std::lock_guard lock(read_mu_);
   auto tx = Transaction::Begin(*reader_, Transaction::Kind::kRead);
   if (!tx) return tx.error();
@@ -224,7 +224,7 @@ Result<StoredSession> Store::LoadSession(int64_t id) {
   return s;
 }
 
-Status Store::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
+Status SqliteStore::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
   std::lock_guard lock(read_mu_);
   auto tx = Transaction::Begin(*reader_, Transaction::Kind::kRead);
   if (!tx) return tx.error();
@@ -259,17 +259,7 @@ Status Store::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
   return {};
 }
 
-Result<std::vector<StoredSession>> Store::LoadSessions() {
-  std::vector<StoredSession> all;
-  Status st = ForEachSession([&](StoredSession&& s) {
-    all.push_back(std::move(s));
-    return Status::Ok();
-  });
-  if (!st) return st.error();
-  return all;
-}
-
-Result<int64_t> Store::MaxSessionId() {
+Result<int64_t> SqliteStore::MaxSessionId() {
   std::lock_guard lock(read_mu_);
   auto v = reader_->QueryInt(
       "SELECT max(coalesce((SELECT value FROM meta WHERE key='max_session_id'), 0), "
@@ -278,12 +268,12 @@ Result<int64_t> Store::MaxSessionId() {
   return v->value_or(0);
 }
 
-Result<std::optional<int64_t>> Store::TokenIdentity() {
+Result<std::optional<int64_t>> SqliteStore::TokenIdentity() {
   std::lock_guard lock(read_mu_);
   return reader_->QueryInt("SELECT value FROM meta WHERE key='token_identity'");
 }
 
-Status Store::SetTokenIdentity(int64_t identity) {
+Status SqliteStore::SetTokenIdentity(int64_t identity) {
   std::lock_guard lock(write_mu_);
   auto st = writer_->Prepare(
       "INSERT INTO meta(key, value) VALUES('token_identity', ?1) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
@@ -291,7 +281,7 @@ Status Store::SetTokenIdentity(int64_t identity) {
   return st->Bind(1, identity).Run();
 }
 
-Result<int64_t> Store::DeleteAllSessions() {
+Result<int64_t> SqliteStore::DeleteAllSessions() {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -303,12 +293,20 @@ Result<int64_t> Store::DeleteAllSessions() {
 
 // ---- the durable end of a turn ----
 
-Result<std::vector<std::string>> Store::CommitTurn(const TurnCommit& c) {
+Result<std::vector<std::string>> SqliteStore::CommitTurn(const TurnCommit& c) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
   double now = UnixNow();
   if (c.create_session) MNEMO_TRY(CreateSessionTx(c.session_id, c.owner, now));
+  if (c.expected_length) {
+    auto len = SessionLength(*writer_, c.session_id);
+    if (!len) return len.error();
+    if (*len != *c.expected_length) {
+      return MakeError(StatusCode::kAborted, "session %lld has %lld tokens, not the %lld this writer expected",
+                       LL(c.session_id), LL(*len), LL(*c.expected_length));
+    }
+  }
   if (c.truncate_to) MNEMO_TRY(TruncateSessionTx(c.session_id, *c.truncate_to, now));
   MNEMO_TRY(AppendTurnTx(c.session_id, c.begin, c.prompt_end, c.tokens, c.complete, now));
   int64_t end = c.begin + static_cast<int64_t>(c.tokens.size());

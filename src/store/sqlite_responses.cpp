@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/sqlite_db.h"
-#include "store/store.h"
+#include "store/sqlite_store.h"
 #include "store/store_internal.h"
 
 namespace mnemo {
@@ -34,7 +34,7 @@ StoredResponse ResponseFromRow(const sqlite::Stmt& st) {
 }
 }  // namespace
 
-Status Store::PutResponseTx(const StoredResponse& r) {
+Status SqliteStore::PutResponseTx(const StoredResponse& r) {
   if (r.id.empty()) return MakeError("a response needs an id");
   // Checked here, not left to constraints, for messages that name what is wrong.
   auto exists = writer_->Prepare("SELECT 1 FROM responses WHERE id=?1");
@@ -79,7 +79,7 @@ Status Store::PutResponseTx(const StoredResponse& r) {
       .Run();
 }
 
-Status Store::PutResponse(const StoredResponse& r) {
+Status SqliteStore::PutResponse(const StoredResponse& r) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -87,7 +87,7 @@ Status Store::PutResponse(const StoredResponse& r) {
   return tx->Commit();
 }
 
-Result<std::optional<StoredResponse>> Store::GetResponse(const std::string& id, const std::string& owner) {
+Result<std::optional<StoredResponse>> SqliteStore::GetResponse(const std::string& id, const std::string& owner) {
   std::lock_guard lock(read_mu_);
   static const std::string kSql =
       std::string("SELECT ") + kResponseColumns + " FROM responses WHERE id=?1 AND owner=?2";
@@ -99,7 +99,7 @@ Result<std::optional<StoredResponse>> Store::GetResponse(const std::string& id, 
   return std::optional<StoredResponse>(ResponseFromRow(*st));
 }
 
-Result<std::vector<ResponseLink>> Store::GetResponseChain(const std::string& id, const std::string& owner,
+Result<std::vector<ResponseLink>> SqliteStore::GetResponseChain(const std::string& id, const std::string& owner,
                                                          int max_links) {
   std::lock_guard lock(read_mu_);
   // Each step joins the previous link's previous_response_id on the primary key, with the owner
@@ -131,7 +131,7 @@ Result<std::vector<ResponseLink>> Store::GetResponseChain(const std::string& id,
   return out;
 }
 
-Result<bool> Store::DeleteResponse(const std::string& id, const std::string& owner) {
+Result<bool> SqliteStore::DeleteResponse(const std::string& id, const std::string& owner) {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
@@ -143,7 +143,7 @@ Result<bool> Store::DeleteResponse(const std::string& id, const std::string& own
   return deleted;
 }
 
-Result<std::optional<ItemPage>> Store::ListInputItems(const std::string& id, const std::string& owner,
+Result<std::optional<ItemPage>> SqliteStore::ListInputItems(const std::string& id, const std::string& owner,
                                                       const ListOptions& options) {
   MNEMO_TRY(store_internal::CheckLimit(options));
   std::string items_json;

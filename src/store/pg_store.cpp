@@ -1,0 +1,477 @@
+// The PostgreSQL store: opening (pool, schema), sessions, session ids and the atomic commit of a
+// turn. Responses and conversations are in pg_objects.cpp.
+#include "store/pg_store.h"
+
+#include <algorithm>
+
+#include "store/pg_conn.h"
+#include "store/store_internal.h"
+
+namespace mnemo {
+
+using pg::Conn;
+using pg::Param;
+using pg::Rows;
+using pg::Tx;
+using store_internal::DecodeTokens;
+using store_internal::EncodeTokens;
+
+namespace {
+long long LL(int64_t v) { return static_cast<long long>(v); }
+
+// pg_advisory_xact_lock key ("mnem"): replicas starting together migrate one at a time.
+constexpr int64_t kMigrationLock = 0x6d6e656d;
+
+// The schema at Store::kSchemaVersion, as SQLite's migrations leave it (types are PostgreSQL's:
+// bigint positions and ids, bytea token logs of little-endian int32, double precision seconds).
+// PostgreSQL stores start at version 2: the SQLite history's v1 -> v2 step predates them.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE mnemo_meta(
+  key text PRIMARY KEY,
+  value bigint NOT NULL
+);
+CREATE SEQUENCE mnemo_session_ids;
+CREATE TABLE sessions(
+  id bigint PRIMARY KEY,
+  owner text NOT NULL,
+  created_at double precision NOT NULL,
+  updated_at double precision NOT NULL,
+  n_tokens bigint NOT NULL
+);
+CREATE TABLE turns(
+  session_id bigint NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  turn_begin bigint NOT NULL,
+  prompt_end bigint NOT NULL,
+  turn_end bigint NOT NULL,
+  complete boolean NOT NULL,
+  tokens bytea NOT NULL,
+  PRIMARY KEY(session_id, turn_begin)
+);
+CREATE TABLE conversations(
+  id text PRIMARY KEY,
+  owner text NOT NULL,
+  created_at double precision NOT NULL,
+  metadata_json text NOT NULL,
+  session_id bigint REFERENCES sessions(id) ON DELETE SET NULL,
+  end_token bigint
+);
+CREATE INDEX conversations_by_session ON conversations(session_id);
+CREATE TABLE conversation_items(
+  id text NOT NULL,
+  conversation_id text NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+  position bigint NOT NULL,
+  item_json text NOT NULL,
+  created_at double precision NOT NULL,
+  PRIMARY KEY(conversation_id, id),
+  UNIQUE(conversation_id, position)
+);
+CREATE TABLE responses(
+  id text PRIMARY KEY,
+  owner text NOT NULL,
+  session_id bigint REFERENCES sessions(id) ON DELETE SET NULL,
+  end_token bigint NOT NULL,
+  created_at double precision NOT NULL,
+  model text NOT NULL,
+  status text NOT NULL,
+  previous_response_id text,
+  conversation_id text REFERENCES conversations(id) ON DELETE SET NULL,
+  request_json text NOT NULL,
+  input_items_json text NOT NULL,
+  output_json text NOT NULL,
+  usage_json text NOT NULL
+);
+CREATE INDEX responses_by_session ON responses(session_id);
+CREATE INDEX responses_by_conversation ON responses(conversation_id);
+)sql";
+
+Status Migrate(Conn& c, const std::string& where) {
+  auto tx = Tx::Begin(c);
+  if (!tx) return tx.error();
+  MNEMO_TRY(c.Run("SELECT pg_advisory_xact_lock($1)", {kMigrationLock}));
+  MNEMO_TRY(c.Run(
+      "CREATE TABLE IF NOT EXISTS mnemo_schema_version(version integer PRIMARY KEY, applied_at double precision NOT NULL)"));
+  auto v = c.QueryInt("SELECT max(version) FROM mnemo_schema_version");
+  if (!v) return v.error();
+  const int64_t version = v->value_or(0);
+  if (version > Store::kSchemaVersion) {
+    return MakeError("store %s has schema version %lld, newer than this build's %d", where.c_str(), LL(version),
+                     Store::kSchemaVersion);
+  }
+  if (version == 0) {
+    MNEMO_TRY(c.Script(kSchema));
+    MNEMO_TRY(c.Run("INSERT INTO mnemo_schema_version(version, applied_at) VALUES($1, $2)",
+                    {int64_t{Store::kSchemaVersion}, UnixNow()}));
+  }
+  return tx->Commit();
+}
+
+// "postgresql://user:secret@host/db" -> "postgresql://user:***@host/db" (for logs and errors).
+std::string Redact(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const size_t at = url.find('@', scheme + 3);
+  const size_t colon = url.find(':', scheme + 3);
+  if (at == std::string::npos || colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
+
+// Session row columns: id, owner, created_at, updated_at (n_tokens follows, read by the caller).
+StoredSession SessionFromRow(const Rows& r, int row) {
+  StoredSession s;
+  s.id = r.Int(row, 0);
+  s.owner = r.Text(row, 1);
+  s.created_at = r.Double(row, 2);
+  s.updated_at = r.Double(row, 3);
+  return s;
+}
+
+// Appends one turn row (columns from first_col: turn_begin, prompt_end, turn_end, complete,
+// tokens) to s, checking that turns tile the log.
+Status AddTurnRow(const Rows& r, int row, int c, StoredSession& s) {
+  StoredTurn t{r.Int(row, c), r.Int(row, c + 1), r.Int(row, c + 2), r.Text(row, c + 3) == "t"};
+  const size_t before = s.tokens.size();
+  auto blob = r.Bytes(row, c + 4);
+  if (!blob || t.begin != static_cast<int64_t>(before) || t.prompt_end < t.begin || t.end < t.prompt_end ||
+      !DecodeTokens(*blob, s.tokens) || static_cast<int64_t>(s.tokens.size()) != t.end) {
+    return MakeError(StatusCode::kDataLoss, "session %lld is corrupt: turn [%lld, %lld) does not follow position %zu",
+                     LL(s.id), LL(t.begin), LL(t.end), before);
+  }
+  s.turns.push_back(t);
+  return {};
+}
+
+Status CheckLength(const StoredSession& s, int64_t n_tokens) {
+  if (static_cast<int64_t>(s.tokens.size()) == n_tokens) return {};
+  return MakeError(StatusCode::kDataLoss, "session %lld is corrupt: %zu tokens in turns, %lld recorded", LL(s.id),
+                   s.tokens.size(), LL(n_tokens));
+}
+
+constexpr const char* kSnapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+}  // namespace
+
+Result<std::unique_ptr<Store>> PgStore::Open(const std::string& url, const StoreOptions& options) {
+  if (options.pg_connections < 1 || options.pg_connections > 64) {
+    return MakeError(StatusCode::kInvalidArgument, "PostgreSQL pool size must be in [1, 64], not %d",
+                     options.pg_connections);
+  }
+  std::unique_ptr<PgStore> store(new PgStore());
+  store->path_ = Redact(url);
+  // Statement and lock timeouts bound how long a stuck server or a held row lock can keep a
+  // request; a turn's commit takes milliseconds.
+  std::string setup = "SET statement_timeout = '30s'; SET lock_timeout = '10s'; SET client_min_messages = warning";
+  if (options.durability == Durability::kNormal) setup += "; SET synchronous_commit = off";
+  store->pool_ = std::make_unique<pg::Pool>(url, options.pg_connections, options.pg_connect_timeout_s, setup);
+  Status st = store->pool_->With([&](Conn& c) { return Migrate(c, store->path_); });
+  if (!st.ok()) return Error{st.error().message + " (store " + store->path_ + ")", st.code()};
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+PgStore::~PgStore() = default;
+
+Status PgStore::WriteTx(const std::function<Status(Conn&)>& fn) {
+  return pool_->With([&](Conn& c) -> Status {
+    auto tx = Tx::Begin(c);
+    if (!tx) return tx.error();
+    MNEMO_TRY(fn(c));
+    return tx->Commit();
+  });
+}
+
+Result<int64_t> PgStore::NewSessionId() {
+  std::lock_guard lock(ids_mu_);
+  if (ids_.empty()) {
+    Status st = pool_->With([&](Conn& c) -> Status {
+      auto r = c.Exec("SELECT nextval('mnemo_session_ids') FROM generate_series(1, $1::int)", {kIdBlock});
+      if (!r) return r.error();
+      for (int i = 0; i < r->size(); ++i) ids_.push_back(r->Int(i, 0));
+      return {};
+    });
+    if (!st.ok()) return st.error();
+  }
+  int64_t id = ids_.front();
+  ids_.pop_front();
+  return id;
+}
+
+// ---- write bodies (inside the caller's transaction) ----
+
+Result<int64_t> PgStore::LockSession(Conn& c, int64_t id) {
+  auto v = c.QueryInt("SELECT n_tokens FROM sessions WHERE id=$1 FOR UPDATE", {id});
+  if (!v) return v.error();
+  if (!v->has_value()) return MakeError("unknown session %lld", LL(id));
+  return **v;
+}
+
+Status PgStore::CreateSessionTx(Conn& c, int64_t id, const std::string& owner, double now) {
+  if (id <= 0) return MakeError("session ids must be positive, not %lld", LL(id));
+  auto exists = c.QueryInt("SELECT 1 FROM sessions WHERE id=$1", {id});
+  if (!exists) return exists.error();
+  if (exists->has_value()) return MakeError("session %lld exists", LL(id));
+  MNEMO_TRY(c.Run("INSERT INTO sessions(id, owner, created_at, updated_at, n_tokens) VALUES($1, $2, $3, $3, 0)",
+                  {id, owner, now}));
+  // The high-water mark MaxSessionId reports, transactional as in SQLite (the sequence is not:
+  // nextval and setval survive a rollback).
+  MNEMO_TRY(c.Run(
+      "INSERT INTO mnemo_meta(key, value) VALUES('max_session_id', $1) "
+      "ON CONFLICT(key) DO UPDATE SET value=greatest(mnemo_meta.value, excluded.value)",
+      {id}));
+  // An id chosen by the caller (not drawn from the sequence) moves the sequence past it, so
+  // NewSessionId never hands it out again.
+  return c.Run(
+      "SELECT setval('mnemo_session_ids', $1::bigint) FROM mnemo_session_ids "
+      "WHERE $1::bigint > last_value OR NOT is_called",
+      {id});
+}
+
+Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_end,
+                             std::span<const int32_t> tokens, bool complete, double now) {
+  const int64_t end = begin + static_cast<int64_t>(tokens.size());
+  if (tokens.empty()) return MakeError("session %lld: a turn needs at least one token", LL(id));
+  if (prompt_end < begin || prompt_end > end) {
+    return MakeError("session %lld: turn prompt_end %lld outside [%lld, %lld]", LL(id), LL(prompt_end), LL(begin),
+                     LL(end));
+  }
+  auto len = LockSession(c, id);  // the row lock orders this append against other replicas'
+  if (!len) return len.error();
+  if (*len != begin) {
+    return MakeError(StatusCode::kAborted, "session %lld has %lld tokens: a turn must begin there, not at %lld",
+                     LL(id), LL(*len), LL(begin));
+  }
+  std::vector<uint8_t> blob = EncodeTokens(tokens);  // [4 * n_tokens] bytes
+  MNEMO_TRY(c.Run(
+      "INSERT INTO turns(session_id, turn_begin, prompt_end, turn_end, complete, tokens) "
+      "VALUES($1, $2, $3, $4, $5, $6)",
+      {id, begin, prompt_end, end, complete ? "true" : "false", Param::Bytes(blob)}));
+  return c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1", {id, end, now});
+}
+
+Status PgStore::TruncateSessionTx(Conn& c, int64_t id, int64_t n, double now) {
+  auto len = LockSession(c, id);
+  if (!len) return len.error();
+  if (n < 0 || n > *len) {
+    return MakeError("cannot truncate session %lld (%lld tokens) to %lld tokens", LL(id), LL(*len), LL(n));
+  }
+  if (n == *len) return {};
+  // substring on a bytea counts bytes: keep the straddling turn's first (n - turn_begin) tokens.
+  const char* const kSteps[] = {
+      "UPDATE turns SET prompt_end=least(prompt_end, $2::bigint), turn_end=$2::bigint, complete=false, "
+      "tokens=substring(tokens from 1 for (($2::bigint - turn_begin) * 4)::int) "
+      "WHERE session_id=$1 AND turn_begin<$2::bigint AND turn_end>$2::bigint",
+      "DELETE FROM turns WHERE session_id=$1 AND turn_begin>=$2::bigint",
+      "UPDATE responses SET session_id=NULL WHERE session_id=$1 AND end_token>$2::bigint",
+      "UPDATE conversations SET session_id=NULL, end_token=NULL WHERE session_id=$1 AND end_token>$2::bigint",
+  };
+  for (const char* sql : kSteps) MNEMO_TRY(c.Run(sql, {id, n}));
+  return c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1", {id, n, now});
+}
+
+// ---- sessions ----
+
+Status PgStore::CreateSession(int64_t id, const std::string& owner) {
+  return WriteTx([&](Conn& c) { return CreateSessionTx(c, id, owner, UnixNow()); });
+}
+
+Status PgStore::AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
+                           bool complete) {
+  return WriteTx([&](Conn& c) { return AppendTurnTx(c, id, begin, prompt_end, tokens, complete, UnixNow()); });
+}
+
+Status PgStore::TruncateSession(int64_t id, int64_t n_tokens) {
+  return WriteTx([&](Conn& c) { return TruncateSessionTx(c, id, n_tokens, UnixNow()); });
+}
+
+Status PgStore::ForkSession(int64_t src, int64_t dst, int64_t n, const std::string& owner) {
+  return WriteTx([&](Conn& c) -> Status {
+    auto len = LockSession(c, src);
+    if (!len) return len.error();
+    if (n < 0 || n > *len) {
+      return MakeError("cannot fork %lld tokens of session %lld (%lld tokens)", LL(n), LL(src), LL(*len));
+    }
+    MNEMO_TRY(CreateSessionTx(c, dst, owner, UnixNow()));
+    MNEMO_TRY(c.Run(
+        "INSERT INTO turns(session_id, turn_begin, prompt_end, turn_end, complete, tokens) "
+        "SELECT $3, turn_begin, prompt_end, turn_end, complete, tokens FROM turns "
+        "WHERE session_id=$1 AND turn_begin<$2::bigint",
+        {src, n, dst}));
+    MNEMO_TRY(c.Run(
+        "UPDATE turns SET prompt_end=least(prompt_end, $2::bigint), turn_end=$2::bigint, complete=false, "
+        "tokens=substring(tokens from 1 for (($2::bigint - turn_begin) * 4)::int) "
+        "WHERE session_id=$1 AND turn_begin<$2::bigint AND turn_end>$2::bigint",
+        {dst, n}));
+    return c.Run("UPDATE sessions SET n_tokens=$2 WHERE id=$1", {dst, n});
+  });
+}
+
+Status PgStore::DeleteSession(int64_t id) {
+  return WriteTx([&](Conn& c) -> Status {
+    auto r = c.Exec("DELETE FROM sessions WHERE id=$1", {id});
+    if (!r) return r.error();
+    if (r->affected() == 0) return MakeError("unknown session %lld", LL(id));
+    return {};
+  });
+}
+
+Result<StoredSession> PgStore::LoadSession(int64_t id) {
+  StoredSession s;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    auto tx = Tx::Begin(c, kSnapshot);
+    if (!tx) return tx.error();
+    auto r = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions WHERE id=$1", {id});
+    if (!r) return r.error();
+    if (r->size() == 0) return MakeError("unknown session %lld", LL(id));
+    s = SessionFromRow(*r, 0);
+    const int64_t n_tokens = r->Int(0, 4);
+    s.tokens.reserve(n_tokens);
+    auto t = c.Exec(
+        "SELECT turn_begin, prompt_end, turn_end, complete, tokens FROM turns WHERE session_id=$1 "
+        "ORDER BY turn_begin",
+        {id});
+    if (!t) return t.error();
+    for (int i = 0; i < t->size(); ++i) MNEMO_TRY(AddTurnRow(*t, i, 0, s));
+    return CheckLength(s, n_tokens);
+  });
+  if (!st.ok()) return st.error();
+  return s;
+}
+
+Status PgStore::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
+  // fn's own Error is returned as is and must not be retried as a connection failure.
+  std::optional<Status> fn_failed;
+  bool started = false;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    if (started) return MakeError(StatusCode::kUnavailable, "PostgreSQL connection lost during a session scan");
+    auto tx = Tx::Begin(c, kSnapshot);
+    if (!tx) return tx.error();
+    auto ss = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions ORDER BY id");
+    if (!ss) return ss.error();
+    // Turns through a cursor, a batch at a time: memory holds one batch, not every token log.
+    MNEMO_TRY(c.Run(
+        "DECLARE mnemo_turns NO SCROLL CURSOR FOR SELECT session_id, turn_begin, prompt_end, turn_end, complete, "
+        "tokens FROM turns ORDER BY session_id, turn_begin"));
+    std::optional<Rows> batch;
+    int at = 0;
+    auto next_turn = [&]() -> Result<bool> {  // positions (batch, at) on the next turn row
+      if (batch && at + 1 < batch->size()) {
+        ++at;
+        return true;
+      }
+      auto b = c.Exec("FETCH 512 FROM mnemo_turns");
+      if (!b) return b.error();
+      batch.emplace(std::move(*b));
+      at = 0;
+      return batch->size() > 0;
+    };
+    auto have = next_turn();
+    if (!have) return have.error();
+    for (int i = 0; i < ss->size(); ++i) {
+      StoredSession s = SessionFromRow(*ss, i);
+      const int64_t n_tokens = ss->Int(i, 4);
+      s.tokens.reserve(n_tokens);
+      while (*have && batch->Int(at, 0) <= s.id) {
+        if (batch->Int(at, 0) == s.id) MNEMO_TRY(AddTurnRow(*batch, at, 1, s));
+        have = next_turn();
+        if (!have) return have.error();
+      }
+      MNEMO_TRY(CheckLength(s, n_tokens));
+      started = true;  // fn has seen a session: a retry would call it twice
+      Status f = fn(std::move(s));
+      if (!f.ok()) {
+        fn_failed = f;
+        return f;
+      }
+    }
+    return tx->Commit();
+  });
+  if (fn_failed) return *fn_failed;
+  return st;
+}
+
+Result<int64_t> PgStore::MaxSessionId() {
+  std::optional<int64_t> v;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    auto r = c.QueryInt(
+        "SELECT greatest((SELECT value FROM mnemo_meta WHERE key='max_session_id'), "
+        "(SELECT max(id) FROM sessions), 0)");
+    if (!r) return r.error();
+    v = *r;
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return v.value_or(0);
+}
+
+Result<std::optional<int64_t>> PgStore::TokenIdentity() {
+  std::optional<int64_t> v;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    auto r = c.QueryInt("SELECT value FROM mnemo_meta WHERE key='token_identity'");
+    if (!r) return r.error();
+    v = *r;
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return v;
+}
+
+Status PgStore::SetTokenIdentity(int64_t identity) {
+  return WriteTx([&](Conn& c) {
+    return c.Run(
+        "INSERT INTO mnemo_meta(key, value) VALUES('token_identity', $1) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        {identity});
+  });
+}
+
+Result<int64_t> PgStore::DeleteAllSessions() {
+  int64_t n = 0;
+  Status st = WriteTx([&](Conn& c) -> Status {
+    auto r = c.Exec("DELETE FROM sessions");
+    if (!r) return r.error();
+    n = r->affected();
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return n;
+}
+
+// ---- the durable end of a turn ----
+
+Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
+  std::vector<std::string> ids;
+  Status st = WriteTx([&](Conn& c) -> Status {
+    const double now = UnixNow();
+    if (t.create_session) MNEMO_TRY(CreateSessionTx(c, t.session_id, t.owner, now));
+    if (t.expected_length) {
+      auto len = LockSession(c, t.session_id);
+      if (!len) return len.error();
+      if (*len != *t.expected_length) {
+        return MakeError(StatusCode::kAborted, "session %lld has %lld tokens, not the %lld this writer expected",
+                         LL(t.session_id), LL(*len), LL(*t.expected_length));
+      }
+    }
+    if (t.truncate_to) MNEMO_TRY(TruncateSessionTx(c, t.session_id, *t.truncate_to, now));
+    MNEMO_TRY(AppendTurnTx(c, t.session_id, t.begin, t.prompt_end, t.tokens, t.complete, now));
+    const int64_t end = t.begin + static_cast<int64_t>(t.tokens.size());
+    if (t.response) {
+      StoredResponse r = *t.response;
+      r.session_id = t.session_id;
+      r.end_token = end;
+      if (r.created_at == 0) r.created_at = now;
+      MNEMO_TRY(PutResponseTx(c, r));
+    }
+    ids.clear();
+    if (t.conversation) {
+      auto added = AddItemsTx(c, t.conversation->conversation_id, t.conversation->items, now);
+      if (!added) return added.error();
+      ids = std::move(*added);
+      if (t.conversation->set_session) {
+        MNEMO_TRY(c.Run("UPDATE conversations SET session_id=$2, end_token=$3 WHERE id=$1",
+                        {t.conversation->conversation_id, t.session_id, end}));
+      }
+    }
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return ids;
+}
+
+}  // namespace mnemo

@@ -1,0 +1,189 @@
+// What the PostgreSQL store adds to the common suite (which runs on both backends): the
+// compare-and-set between two store objects on one database, cluster-wide session ids, schema
+// creation by replicas starting together, and reconnecting after dropped connections.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "store/store.h"
+#include "test_util.h"
+
+namespace mnemo {
+namespace {
+
+using testing_util::MakeResponse;
+using testing_util::PgServer;
+
+class PgStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    server_ = PgServer::Shared(&why);
+    if (!server_) GTEST_SKIP() << why;
+    url_ = server_->NewDatabase();
+    ASSERT_FALSE(url_.empty());
+  }
+  std::unique_ptr<Store> Open() {
+    auto s = Store::Open(url_);
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  std::string DbName() const { return url_.substr(url_.rfind('/') + 1); }
+  PgServer* server_ = nullptr;
+  std::string url_;
+};
+
+TurnCommit Turn(int64_t session, int64_t begin, const std::vector<int32_t>& tokens, const std::string& resp) {
+  TurnCommit c;
+  c.session_id = session;
+  c.begin = begin;
+  c.prompt_end = begin + 1;
+  c.tokens = tokens;
+  c.response = MakeResponse(resp);
+  return c;
+}
+
+// Two replicas' stores on one database: the second to append at the same position loses with
+// kAborted and nothing of its turn (not its response) is stored.
+TEST_F(PgStoreTest, CompareAndSetRejectsTheSecondAppend) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->shared());
+  ASSERT_TRUE(a->CreateSession(1, "").ok());
+  std::vector<int32_t> t1 = {1, 2, 3}, t2 = {4, 5}, t3 = {6, 7, 8};
+  ASSERT_TRUE(a->CommitTurn(Turn(1, 0, t1, "resp_a1")).ok());
+  // Both saw 3 tokens; a commits first.
+  ASSERT_TRUE(a->CommitTurn(Turn(1, 3, t2, "resp_a2")).ok());
+  auto lost = b->CommitTurn(Turn(1, 3, t3, "resp_b2"));
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, StatusCode::kAborted) << lost.error().message;
+  auto gone = b->GetResponse("resp_b2", "");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+  auto s = b->LoadSession(1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  // A truncating commit checks the length it expected before cutting.
+  TurnCommit cut = Turn(1, 2, t3, "resp_b3");
+  cut.truncate_to = 2;
+  cut.expected_length = 3;  // stale: the session has 5
+  auto stale = b->CommitTurn(cut);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, StatusCode::kAborted);
+  cut.expected_length = 5;
+  ASSERT_TRUE(b->CommitTurn(cut).ok());
+  s = a->LoadSession(1);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tokens, (std::vector<int32_t>{1, 2, 6, 7, 8}));
+}
+
+// Many rounds of two threads (two stores) committing at the same position at once: exactly one
+// wins each round, and the log is exactly the winners' turns.
+TEST_F(PgStoreTest, RacingCommitsHaveExactlyOneWinner) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->CreateSession(7, "").ok());
+  std::vector<int32_t> expect;
+  const int kRounds = 40;
+  for (int round = 0; round < kRounds; ++round) {
+    const int64_t begin = static_cast<int64_t>(expect.size());
+    std::vector<int32_t> ta = {round * 2}, tb = {round * 2 + 1};
+    std::atomic<int> go{0};
+    Result<std::vector<std::string>> ra = MakeError("unset"), rb = MakeError("unset");
+    std::thread x([&] {
+      go++;
+      while (go < 2) {}
+      ra = a->CommitTurn(Turn(7, begin, ta, "resp_a" + std::to_string(round)));
+    });
+    std::thread y([&] {
+      go++;
+      while (go < 2) {}
+      rb = b->CommitTurn(Turn(7, begin, tb, "resp_b" + std::to_string(round)));
+    });
+    x.join();
+    y.join();
+    ASSERT_NE(ra.ok(), rb.ok()) << "round " << round;
+    const auto& loser = ra.ok() ? rb : ra;
+    EXPECT_EQ(loser.error().code, StatusCode::kAborted) << loser.error().message;
+    expect.push_back(ra.ok() ? ta[0] : tb[0]);
+  }
+  auto s = a->LoadSession(7);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tokens, expect);
+  EXPECT_EQ(static_cast<int>(s->turns.size()), kRounds);
+}
+
+// Session ids from two stores never collide, and stay above ids created explicitly.
+TEST_F(PgStoreTest, SessionIdsAreClusterWide) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->CreateSession(100, "").ok());
+  std::set<int64_t> seen;
+  for (int i = 0; i < 40; ++i) {  // several blocks of ids per store
+    for (Store* s : {a.get(), b.get()}) {
+      auto id = s->NewSessionId();
+      ASSERT_TRUE(id.ok()) << id.error().message;
+      EXPECT_GT(*id, 100);
+      EXPECT_TRUE(seen.insert(*id).second) << "id " << *id << " handed out twice";
+    }
+  }
+  // An id drawn by one store and created by the other is taken: never drawn again.
+  auto next = b->NewSessionId();
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(a->CreateSession(*next, "").ok());
+  EXPECT_FALSE(b->CreateSession(*next, "").ok());
+}
+
+// Replicas starting together create the schema once.
+TEST_F(PgStoreTest, ConcurrentOpensMigrateOnce) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto s = Store::Open(url_);
+      if (s.ok()) ok++;
+      else ADD_FAILURE() << s.error().message;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 4);
+}
+
+// Every connection dropped (a restart, a network fault): the next calls reconnect and succeed.
+TEST_F(PgStoreTest, DroppedConnectionsReconnect) {
+  auto a = Open();
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->CreateSession(1, "").ok());
+  ASSERT_TRUE(a->PutResponse(MakeResponse("resp_1")).ok());
+  ASSERT_TRUE(server_->TerminateConnections(DbName()));
+  auto r = a->GetResponse("resp_1", "");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->has_value());
+  ASSERT_TRUE(server_->TerminateConnections(DbName()));
+  EXPECT_TRUE(a->AppendTurn(1, 0, 1, std::vector<int32_t>{1, 2}, true).ok());
+}
+
+// No server: an Error with kUnavailable, not a crash or a hang past the connect timeout.
+TEST_F(PgStoreTest, UnreachableServerIsUnavailable) {
+  StoreOptions o;
+  o.pg_connect_timeout_s = 2;
+  auto s = Store::Open("postgresql://mnemo@127.0.0.1:1/none", o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, StatusCode::kUnavailable) << s.error().message;
+  auto bad = Store::Open("postgresql://[broken", o);
+  EXPECT_FALSE(bad.ok());
+}
+
+// A schema written by a newer mnemo is refused.
+TEST_F(PgStoreTest, NewerSchemaIsRefused) {
+  ASSERT_TRUE(Open());
+  ASSERT_TRUE(testing_util::PgExec(url_, "INSERT INTO mnemo_schema_version VALUES (99, 0)"));
+  auto newer = Store::Open(url_);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
+}
+
+}  // namespace
+}  // namespace mnemo
