@@ -35,7 +35,9 @@ int RunServe(ServeFlags& f) {
 
   // The disk tier lives beside the store (a temporary store gets none: its sessions die with it).
   // (Also when only its size is given.)
-  if (f.engine.t2_mb != 0 && f.engine.disk_dir.empty() && !f.db.empty()) f.engine.disk_dir = f.db + ".kv";
+  // A PostgreSQL store names no local path: its replicas' disk tiers need --kv-disk-dir.
+  const bool shared_db = Store::IsPostgresSpec(f.db);
+  if (f.engine.t2_mb != 0 && f.engine.disk_dir.empty() && !f.db.empty() && !shared_db) f.engine.disk_dir = f.db + ".kv";
   if (f.engine.t2_mb < 0 && f.engine.disk_dir.empty()) f.engine.t2_mb = 0;
   auto started = StartEngine(f.model, f.tokenizer, f.runtime, f.engine);
   if (!started.ok()) {
@@ -91,7 +93,7 @@ int RunServe(ServeFlags& f) {
     std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
     return 1;
   }
-  spdlog::info("mnemo serving {} on http://{}:{} (db {}{})", sc.model_name, f.server.host, server.port(), db,
+  spdlog::info("mnemo serving {} on http://{}:{} (db {}{})", sc.model_name, f.server.host, server.port(), (*store)->path(),
                temp_db ? ", temporary" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
@@ -124,7 +126,9 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
   cmd->add_option("--host", f->server.host, "bind address");
   cmd->add_option("--port", f->server.port, "port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--db", f->db, "SQLite database for sessions, responses and conversations");
+  cmd->add_option("--db", f->db,
+                  "store for sessions, responses and conversations: a SQLite file, or postgresql://user@host/db "
+                  "(shared by replicas)");
   cmd->add_option("--api-key", f->server.api_keys, "accepted API key (repeatable); none = no auth");
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");

@@ -62,6 +62,8 @@ bool CopyRuns(ComposeCopy& c) {
 }  // namespace
 
 Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tokens, const std::vector<KvRun>& runs) {
+  auto minted = MintSessionId();
+  if (!minted.ok()) return minted.error();
   Result<SessionId> out = Stopped();
   std::future<Result<SessionId>> pending;
   const bool called = Call([&] {
@@ -81,7 +83,7 @@ Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tok
     }
     auto c = std::make_unique<Composition>();
     c->src = src;
-    c->dst = next_session_++;
+    c->dst = minted->has_value() ? **minted : next_session_++;
     c->runs = runs;
     it->second.composing++;
     Session& d = sessions_[c->dst];

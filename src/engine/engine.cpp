@@ -218,10 +218,22 @@ void Engine::Loop() {
   FlushToDisk();
 }
 
+Result<std::optional<SessionId>> Engine::MintSessionId() {
+  if (!id_source_) return std::optional<SessionId>();
+  auto id = id_source_();
+  if (!id.ok()) return id.error();
+  return std::optional<SessionId>(*id);
+}
+
 SessionId Engine::CreateSession() {
+  auto minted = MintSessionId();
+  if (!minted.ok()) {
+    spdlog::error("no id for a new session: {}", minted.error().message);
+    return -1;
+  }
   SessionId id = -1;
   Call([&] {
-    id = next_session_++;
+    id = minted->value_or(next_session_++);
     Session& s = sessions_[id];
     s.id = id;
     s.created = s.last_active = Now();
@@ -278,6 +290,8 @@ Status Engine::DeleteSession(SessionId id) {
 }
 
 Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
+  auto minted = MintSessionId();
+  if (!minted.ok()) return minted.error();
   Result<SessionId> out = Stopped();
   Call([&] {
     auto it = sessions_.find(id);
@@ -294,7 +308,7 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
       out = MakeError(StatusCode::kInvalidArgument, "fork point %d is outside the session's %zu tokens", n_tokens, src.tokens.size());
       return;
     }
-    SessionId nid = next_session_++;
+    SessionId nid = minted->has_value() ? **minted : next_session_++;
     Session& dst = sessions_[nid];
     dst.id = nid;
     dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n_tokens);

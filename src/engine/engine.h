@@ -156,6 +156,11 @@ class Engine {
   Status DeleteSession(SessionId id);
   // New sessions get ids >= n (e.g. above every id a store ever handed out).
   void SetNextSessionId(SessionId n);
+  // Where new session ids come from when several engines share one store (PostgreSQL's sequence):
+  // CreateSession, ForkSession and ComposeSession call it on the caller's thread, never the engine
+  // thread (it may wait on the network); its Error fails them (CreateSession returns -1). Without
+  // one, ids count up from SetNextSessionId. Set before serving: not synchronized with callers.
+  void SetSessionIdSource(std::function<Result<SessionId>()> source) { id_source_ = std::move(source); }
   // A new session sharing the first n_tokens of id's log (copy-on-write KV).
   Result<SessionId> ForkSession(SessionId id, int n_tokens);
   // Drops id's log (and KV) past n_tokens.
@@ -254,6 +259,10 @@ class Engine {
   std::unique_ptr<TransferEngine> transfer_;
   std::unordered_map<SessionId, Session> sessions_;
   SessionId next_session_ = 1;
+  std::function<Result<SessionId>()> id_source_;  // see SetSessionIdSource; empty: next_session_
+  // A fresh id from id_source_, on the caller's thread; nullopt without a source (the engine
+  // thread then takes next_session_++).
+  Result<std::optional<SessionId>> MintSessionId();
   std::deque<std::unique_ptr<Running>> waiting_;
   std::vector<std::unique_ptr<Running>> running_;
   std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first

@@ -462,7 +462,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   if (t.windowed) metrics_.WindowedTurn();
 
   StoredResponse sr;
-  sr.id = NewId("resp_");
+  // The routing key: the chain's (previous response or conversation), else the front's header.
+  std::string key = AffinityKeyOf(prev_id ? *prev_id : conv_id ? *conv_id : std::string());
+  if (key.empty()) key = SanitizeAffinityKey(req.get_header_value("X-Mnemo-Affinity"));
+  sr.id = NewId("resp_", key);
   sr.owner = owner;
   sr.created_at = static_cast<double>(http::UnixSeconds());
   sr.model = service_.config().model_name;
@@ -674,6 +677,7 @@ void ApiServer::Conversations(const Req& req, Res& res, const std::string& owner
     }
     std::vector<NewItem> items;
     if (auto e = parse_items(body, &items)) return http::SendError(res, *e);
+    c.id = NewId("conv_", SanitizeAffinityKey(req.get_header_value("X-Mnemo-Affinity")));
     auto created = store.CreateConversation(c, items);
     if (!created.ok()) return http::SendError(res, StoreFailure(created.error()));
     return http::SendJson(res, ConversationObject(*created));

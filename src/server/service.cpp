@@ -73,6 +73,8 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     auto max_id = store->MaxSessionId();
     if (!max_id.ok()) return max_id.error();
     engine.SetNextSessionId(*max_id + 1);
+    // Replicas sharing the store draw ids from it (a sequence), so theirs never collide.
+    if (store->shared()) engine.SetSessionIdSource([store]() -> Result<SessionId> { return store->NewSessionId(); });
     if (config.token_identity != 0) {
       const auto identity = static_cast<int64_t>(config.token_identity);
       auto stored = store->TokenIdentity();
@@ -359,6 +361,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   for (int attempt = 0;; attempt++) {
     if (plan == Plan::kNew) {
       id = engine_.CreateSession();
+      if (id < 0) return ToApiError(MakeError(StatusCode::kUnavailable, "no session can be created now"));
       st.new_session = true;
     }
     if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
@@ -464,7 +467,17 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     c.conversation = std::move(conversation);
     auto ids = store_->CommitTurn(c);
     if (!ids.ok()) {
-      spdlog::error("session {}: storing a turn failed: {}", t.session, ids.error().message);
+      // The engine's log now holds a turn the store does not (and after a lost compare-and-set,
+      // the store holds turns this copy lacks): forget the local copy, so the next turn of the
+      // conversation rebuilds it from the stored text instead of appending to a diverged log.
+      spdlog::error("session {}: storing a turn failed ({}): {}; dropping the local copy", t.session,
+                    StatusCodeName(ids.error().code), ids.error().message);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ForgetLocked(t.session);
+      }
+      Status d = engine_.DeleteSession(t.session);
+      if (!d.ok()) spdlog::warn("session {}: dropping the local copy failed: {}", t.session, d.error().message);
       return ToApiError(ids.error(), "could not store the turn: ");
     }
     item_ids = std::move(ids.value());

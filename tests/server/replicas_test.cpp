@@ -1,0 +1,185 @@
+// Two `mnemo serve` replicas on one PostgreSQL database (issue 14), stories260K over real HTTP:
+// a conversation and a previous_response_id chain started on one replica continue on the other,
+// which rebuilds the KV from the stored text (nothing cached there) and extends the same chain;
+// the routing key a front sends (X-Mnemo-Affinity) is in every id of the chain; and at
+// temperature 0 the continued turn says what it says on a single replica.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "../store/pg_server.h"
+#include "server_process.h"
+
+namespace mnemo::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Replica {
+  explicit Replica(const std::string& db) : proc({"--db", db}), c("127.0.0.1", proc.port()) {
+    c.set_read_timeout(120, 0);
+    c.set_connection_timeout(5, 0);
+  }
+  // POST; the parsed body when the status is 200, else null (and a test failure).
+  Json Post(const std::string& path, const Json& body, const std::string& affinity = "") {
+    httplib::Headers h;
+    if (!affinity.empty()) h.emplace("X-Mnemo-Affinity", affinity);
+    auto r = c.Post(path.c_str(), h, body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << path << ": " << (r ? r->body : "no response") << "\n" << proc.log();
+    return r && r->status == 200 ? Json::parse(r->body) : Json();
+  }
+  Json Get(const std::string& path) {
+    auto r = c.Get(path.c_str());
+    EXPECT_TRUE(r && r->status == 200) << path << ": " << (r ? r->body : "no response");
+    return r && r->status == 200 ? Json::parse(r->body) : Json();
+  }
+  ServerProcess proc;
+  httplib::Client c;
+};
+
+Json Turn(const std::string& input) {
+  return {{"model", "m"}, {"input", input}, {"max_output_tokens", 12}, {"temperature", 0}};
+}
+
+std::string Text(const Json& response) {
+  for (const Json& item : response["output"]) {
+    if (item.value("type", "") != "message") continue;
+    for (const Json& part : item["content"]) return part.value("text", "");
+  }
+  return "";
+}
+
+int Cached(const Json& response) { return response["usage"]["input_tokens_details"].value("cached_tokens", -1); }
+
+class Replicas : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    pg_ = testing_util::PgServer::Shared(&why);
+    if (!pg_) GTEST_SKIP() << why;
+    db_ = pg_->NewDatabase();
+    ASSERT_FALSE(db_.empty());
+  }
+  testing_util::PgServer* pg_ = nullptr;
+  std::string db_;
+};
+
+TEST_F(Replicas, ChainStartedOnOneContinuesOnTheOther) {
+  Replica a(db_);
+  Replica b(db_);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  ASSERT_GT(b.proc.port(), 0) << b.proc.log();
+
+  // The key a front chose (sanitised: only [A-Za-z0-9], at most 16) goes into the first id ...
+  Json r1 = a.Post("/v1/responses", Turn("Tell me a story about a cat."), "k9-Z!");
+  ASSERT_TRUE(r1.is_object());
+  const std::regex keyed("resp_k9Z_[0-9a-f]{32}");
+  EXPECT_TRUE(std::regex_match(r1["id"].get<std::string>(), keyed)) << r1["id"];
+  // ... and along the chain, whichever replica mints it (no header on later turns).
+  Json prev2 = Turn("What did the cat eat?");
+  prev2["previous_response_id"] = r1["id"];
+  Json r2 = b.Post("/v1/responses", prev2);
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_TRUE(std::regex_match(r2["id"].get<std::string>(), keyed)) << r2["id"];
+  EXPECT_EQ(Cached(r2), 0) << "b holds no KV of this conversation: it recomputes it";
+  Json prev3 = Turn("Where did it go next?");
+  prev3["previous_response_id"] = r2["id"];
+  Json r3 = a.Post("/v1/responses", prev3);
+  ASSERT_TRUE(r3.is_object());
+  EXPECT_TRUE(std::regex_match(r3["id"].get<std::string>(), keyed)) << r3["id"];
+
+  // The chain is intact from either replica.
+  Json got = b.Get("/v1/responses/" + r3["id"].get<std::string>());
+  EXPECT_EQ(got["previous_response_id"], r2["id"]);
+  got = a.Get("/v1/responses/" + r2["id"].get<std::string>());
+  EXPECT_EQ(got["previous_response_id"], r1["id"]);
+  EXPECT_EQ(Text(got), Text(r2));
+
+  // Temperature 0: the turn b continued from the stored text says what a says when it serves the
+  // whole chain itself (its KV cached).
+  Json s1 = a.Post("/v1/responses", Turn("Tell me a story about a cat."));
+  Json s2 = Turn("What did the cat eat?");
+  s2["previous_response_id"] = s1["id"];
+  Json same = a.Post("/v1/responses", s2);
+  EXPECT_EQ(Text(s1), Text(r1));
+  EXPECT_EQ(Text(same), Text(r2));
+  EXPECT_GT(Cached(same), 0);
+  // A chain minted without a key keeps plain ids.
+  EXPECT_TRUE(std::regex_match(s1["id"].get<std::string>(), std::regex("resp_[0-9a-f]{32}"))) << s1["id"];
+}
+
+TEST_F(Replicas, ConversationStartedOnOneContinuesOnTheOther) {
+  Replica a(db_);
+  Replica b(db_);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  ASSERT_GT(b.proc.port(), 0) << b.proc.log();
+
+  Json conv = a.Post("/v1/conversations", Json::object(), "shard7");
+  ASSERT_TRUE(conv.is_object());
+  const std::string cid = conv["id"];
+  EXPECT_TRUE(std::regex_match(cid, std::regex("conv_shard7_[0-9a-f]{32}"))) << cid;
+  const std::regex keyed("resp_shard7_[0-9a-f]{32}");
+
+  Json t1 = Turn("Tell me a story about a dog.");
+  t1["conversation"] = cid;
+  Json r1 = a.Post("/v1/responses", t1);
+  ASSERT_TRUE(r1.is_object());
+  EXPECT_TRUE(std::regex_match(r1["id"].get<std::string>(), keyed)) << r1["id"];
+  Json t2 = Turn("What was the dog's name?");
+  t2["conversation"] = cid;
+  Json r2 = b.Post("/v1/responses", t2);
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_TRUE(std::regex_match(r2["id"].get<std::string>(), keyed)) << r2["id"];
+  EXPECT_EQ(Cached(r2), 0);
+  Json t3 = Turn("And then?");
+  t3["conversation"] = cid;
+  Json r3 = a.Post("/v1/responses", t3);
+  ASSERT_TRUE(r3.is_object());
+
+  // Every turn's text, in order, whichever replica lists it.
+  for (Replica* r : {&a, &b}) {
+    Json items = r->Get("/v1/conversations/" + cid + "/items?order=asc&limit=100");
+    ASSERT_TRUE(items.is_object());
+    std::vector<std::string> texts;
+    for (const Json& it : items["data"]) {
+      for (const Json& part : it["content"]) texts.push_back(part.value("text", ""));
+    }
+    ASSERT_EQ(texts.size(), 6u) << items.dump();
+    EXPECT_EQ(texts[0], "Tell me a story about a dog.");
+    EXPECT_EQ(texts[1], Text(r1));
+    EXPECT_EQ(texts[2], "What was the dog's name?");
+    EXPECT_EQ(texts[3], Text(r2));
+    EXPECT_EQ(texts[4], "And then?");
+    EXPECT_EQ(texts[5], Text(r3));
+  }
+}
+
+// The database refusing connections (a restart, an outage): requests that need it get a 503 in
+// OpenAI's error shape, naming neither host nor database, and succeed again once it is back.
+TEST_F(Replicas, UnreachableDatabaseIsA503ThenRecovers) {
+  Replica a(db_);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  ASSERT_TRUE(a.Post("/v1/conversations", Json::object()).is_object());
+  const std::string name = db_.substr(db_.rfind('/') + 1);
+  ASSERT_TRUE(pg_->Sql("ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS false"));
+  ASSERT_TRUE(pg_->TerminateConnections(name));
+  auto r = a.c.Post("/v1/conversations", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  Json e = Json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(e.is_object() && e.contains("error")) << r->body;
+  EXPECT_EQ(e["error"]["type"], "server_error");
+  EXPECT_EQ(e["error"]["code"], "unavailable");
+  EXPECT_EQ(r->body.find(name), std::string::npos) << r->body;
+  EXPECT_EQ(r->body.find("127.0.0.1"), std::string::npos) << r->body;
+  ASSERT_TRUE(pg_->Sql("ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS true"));
+  EXPECT_TRUE(a.Post("/v1/conversations", Json::object()).is_object());
+  Json r1 = a.Post("/v1/responses", Turn("Hello there."));
+  EXPECT_TRUE(r1.is_object());
+}
+
+}  // namespace
+}  // namespace mnemo::testing
