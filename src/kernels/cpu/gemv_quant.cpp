@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/quant_blocks.h"
 #include "base/status.h"
@@ -151,20 +152,8 @@ PlaneOffsets Planes(const QFormat& f) {
   return p;
 }
 
-// Writes the code c of VNNI position i (0..63) of quad r into a sub-block's planes q.
-void PutCode(const QFormat& f, uint8_t* q, int r, int i, uint8_t c) {
-  const PlaneOffsets p = Planes(f);
-  if (f.nib) {
-    q[p.nib + 64 * (r % 4) + i] |= uint8_t((c & 15) << (r < 4 ? 0 : 4));
-    c >>= 4;
-  }
-  if (f.two) {
-    q[p.two + 64 * (r / 4) + i] |= uint8_t((c & 3) << (2 * (r % 4)));
-    c >>= 2;
-  }
-  if (f.hbit) q[p.hbit + 8 * r + i / 8] |= uint8_t((c & 1) << (i % 8));
-}
-
+// Reads the code of VNNI position i (0..63) of quad r from a sub-block's planes q (PackQ writes
+// them).
 uint8_t GetCode(const QFormat& f, const uint8_t* q, int r, int i) {
   const PlaneOffsets p = Planes(f);
   int c = 0, shift = 0;
@@ -178,6 +167,34 @@ uint8_t GetCode(const QFormat& f, const uint8_t* q, int r, int i) {
   }
   if (f.hbit) c |= ((q[p.hbit + 8 * r + i / 8] >> (i % 8)) & 1) << shift;
   return uint8_t(c);
+}
+
+// Writes the 32 codes of one output's sub-block into the planes q: code k sits at VNNI quad
+// r = k / 4, lane 4 i + k % 4 (GetCode reads it back). One instance per plane set, so the inner
+// loop has no branches on the format.
+template <bool kNib, bool kTwo, bool kHbit>
+void PutCodes(uint8_t* q, const PlaneOffsets& po, int i, const uint8_t* code) {
+  for (int k = 0; k < 32; k++) {
+    const int r = k / 4, lane = 4 * i + k % 4;
+    int c = code[k];
+    if constexpr (kNib) {
+      q[po.nib + 64 * (r % 4) + lane] |= uint8_t((c & 15) << (r < 4 ? 0 : 4));
+      c >>= 4;
+    }
+    if constexpr (kTwo) {
+      q[po.two + 64 * (r / 4) + lane] |= uint8_t((c & 3) << (2 * (r % 4)));
+      c >>= 2;
+    }
+    if constexpr (kHbit) q[po.hbit + 8 * r + lane / 8] |= uint8_t((c & 1) << (lane % 8));
+  }
+}
+using PutCodesFn = void (*)(uint8_t*, const PlaneOffsets&, int, const uint8_t*);
+PutCodesFn PutCodesFor(const QFormat& f) {
+  static constexpr PutCodesFn kTable[8] = {PutCodes<false, false, false>, PutCodes<false, false, true>,
+                                          PutCodes<false, true, false>,  PutCodes<false, true, true>,
+                                          PutCodes<true, false, false>,  PutCodes<true, false, true>,
+                                          PutCodes<true, true, false>,   PutCodes<true, true, true>};
+  return kTable[(f.nib ? 4 : 0) + (f.two ? 2 : 0) + (f.hbit ? 1 : 0)];
 }
 
 }  // namespace
@@ -195,29 +212,45 @@ QPacked QShape(DType t, int out, int in) {
 }
 
 void PackQ(const void* src, const QPacked& s, uint8_t* dst) {
-  const QFormat& f = s.f;
+  // The format's fields in locals: stores through uint8_t* may alias anything reached through a
+  // reference, which would be reloaded at every byte written.
+  const QFormat f = s.f;
+  const PlaneOffsets po = Planes(f);
   const int groups = s.in / f.group, sbs = f.group / 32;
   const size_t row_bytes = DTypeBytes(s.type, s.in);
   const int block_bytes = DTypeBlockBytes(s.type);
-  std::memset(dst, 0, s.Bytes());
+  const int record_bytes = f.RecordBytes(), header_bytes = f.HeaderBytes(), sub_block_bytes = f.SubBlockBytes();
+  const int sub_bytes = f.sub_bytes;
+  const bool hdr1 = f.has_hdr1;
+  const PutCodesFn put_codes = PutCodesFor(f);
   const int panels = s.out_pad / kQPanelOut;
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < panels; p++) {
+  const DType type = s.type;
+  const int out = s.out;
+#pragma omp parallel
+  {
+    // Each record is built in a zeroed local buffer and copied once: the destination is written
+    // once (no zeroing pass over it first), and padded outputs stay zero.
+    std::vector<uint8_t> buf(static_cast<size_t>(record_bytes));  // [RecordBytes]
     Unpacked u;
-    for (int g = 0; g < groups; g++) {
-      uint8_t* rec = dst + (size_t(p) * groups + g) * f.RecordBytes();
-      for (int i = 0; i < kQPanelOut; i++) {
-        const int o = p * kQPanelOut + i;
-        if (o >= s.out) break;
-        Unpack(s.type, static_cast<const uint8_t*>(src) + size_t(o) * row_bytes + size_t(g) * block_bytes, &u);
-        std::memcpy(rec + 2 * i, &u.h0, 2);
-        if (f.has_hdr1) std::memcpy(rec + 32 + 2 * i, &u.h1, 2);
-        for (int sb = 0; sb < sbs; sb++) {
-          uint8_t* sub = rec + f.HeaderBytes() + sb * f.SubBlockBytes();
-          for (int k = 0; k < f.sub_bytes / 16; k++) sub[16 * k + i] = u.sub[sb][k];
-          uint8_t* q = sub + f.sub_bytes;
-          for (int k = 0; k < 32; k++) PutCode(f, q, k / 4, 4 * i + k % 4, u.code[32 * sb + k]);
+#pragma omp for schedule(static)
+    for (int p = 0; p < panels; p++) {
+      for (int g = 0; g < groups; g++) {
+        uint8_t* rec = buf.data();
+        std::memset(rec, 0, static_cast<size_t>(record_bytes));
+        for (int i = 0; i < kQPanelOut; i++) {
+          const int o = p * kQPanelOut + i;
+          if (o >= out) break;
+          Unpack(type, static_cast<const uint8_t*>(src) + size_t(o) * row_bytes + size_t(g) * block_bytes, &u);
+          std::memcpy(rec + 2 * i, &u.h0, 2);
+          if (hdr1) std::memcpy(rec + 32 + 2 * i, &u.h1, 2);
+          for (int sb = 0; sb < sbs; sb++) {
+            uint8_t* sub = rec + header_bytes + sb * sub_block_bytes;
+            for (int k = 0; k < sub_bytes / 16; k++) sub[16 * k + i] = u.sub[sb][k];
+            uint8_t* q = sub + sub_bytes;
+            put_codes(q, po, i, u.code + 32 * sb);
+          }
         }
+        std::memcpy(dst + (size_t(p) * groups + g) * record_bytes, rec, static_cast<size_t>(record_bytes));
       }
     }
   }
