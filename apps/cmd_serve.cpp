@@ -116,9 +116,9 @@ void RegisterServe(CLI::App& app) {
   auto f = std::make_shared<ServeFlags>();
   f->runtime.log_level = "info";
   f->engine.t0_mb = f->engine.t1_mb = f->engine.t2_mb = -1;  // sized from the machine unless given
-  // Load shedding is on by default: at most 32 turns wait (with the default 64 running, 96 turns in
-  // flight stay below the 128 HTTP threads, so the 429 can fire before the threads run out), and
-  // none waits past 5 s (a client gets a 429 and a Retry-After instead).
+  // Load shedding is on by default: at most 32 turns wait (with the default 64 running), and none
+  // waits past 5 s (a client gets a 429 and a Retry-After instead). Waiting turns hold no HTTP
+  // thread (the server is event-driven), so the bound is the engine's, not the server's.
   f->engine.max_waiting = 32;
   f->engine.max_queue_ms = 5000;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible stateful HTTP server");
@@ -134,7 +134,23 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
   cmd->add_flag("--render-whole", f->render_whole,
                 "render every turn's whole conversation (no window fast path; for comparisons and tests)");
-  cmd->add_option("--http-threads", f->server.http_threads, "connections served at once");
+  cmd->add_option("--http-threads", f->server.http_threads,
+                  "workers running request handlers (connections and streams hold none)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-connections", f->server.max_connections,
+                  "open connections in total; more are answered 503 and closed")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-address", f->server.max_connections_per_address,
+                  "open connections from one client address; more are answered 503 and closed")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--header-timeout-s", f->server.header_timeout_s,
+                  "total time for a request's line and headers, from its first byte")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout-s", f->server.body_timeout_s, "total time for a request's body")
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--idle-timeout-s", f->server.idle_timeout_s,
+                  "a kept-alive connection's wait for its next request")
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--cors-origin", f->server.cors_origins,
                   "allow browser apps from this origin (repeatable; '*' = any); off by default");
   cmd->add_option("--context-budget", f->context.budget,

@@ -16,12 +16,39 @@ uint64_t TokenPrefixHash(const std::vector<int32_t>& tokens, int n) {
 }
 
 void TurnHandle::Push(TurnEvent ev) {
+  std::shared_ptr<std::function<void()>> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ev.kind == TurnEvent::kDone) ended_ = true;
     events_.push_back(std::move(ev));
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) (*notify)();
+}
+
+bool TurnHandle::TryNext(TurnEvent* ev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ || events_.empty()) return false;
+  *ev = std::move(events_.front());
+  events_.pop_front();
+  if (ev->kind == TurnEvent::kDone) done_ = true;
+  return true;
+}
+
+TurnHandle::Admission TurnHandle::AdmissionState() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return admitted_ ? Admission::kAdmitted : ended_ ? Admission::kEndedBefore : Admission::kWaiting;
+}
+
+void TurnHandle::SetNotify(std::function<void()> fn) {
+  std::shared_ptr<std::function<void()>> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    notify_ = fn ? std::make_shared<std::function<void()>>(std::move(fn)) : nullptr;
+    if (notify_ && (admitted_ || ended_ || !events_.empty())) now = notify_;
+  }
+  if (now) (*now)();
 }
 
 bool TurnHandle::Next(TurnEvent* ev) {
@@ -35,11 +62,14 @@ bool TurnHandle::Next(TurnEvent* ev) {
 }
 
 void TurnHandle::MarkAdmitted() {
+  std::shared_ptr<std::function<void()>> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     admitted_ = true;
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) (*notify)();
 }
 
 bool TurnHandle::WaitAdmitted() {

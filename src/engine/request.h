@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -116,6 +118,16 @@ class TurnHandle {
   // event: a caller can wait here before it commits to a streamed answer's status.
   bool WaitAdmitted();
 
+  // Without a waiting thread (the HTTP server's answers): TryNext takes the next event if there is
+  // one; Admission says whether the turn was admitted, is waiting, or ended before admission.
+  // SetNotify's fn runs after every Push and MarkAdmitted, on the engine's thread (and once at
+  // once, on the caller's, when something already happened): it must only schedule work
+  // elsewhere, never block. Clearing it (nullptr) breaks the cycle a closure over the handle makes.
+  bool TryNext(TurnEvent* ev);
+  enum class Admission { kWaiting, kAdmitted, kEndedBefore };
+  Admission AdmissionState() const;
+  void SetNotify(std::function<void()> fn);
+
   // Engine side.
   void Push(TurnEvent ev);
   void MarkAdmitted();
@@ -128,6 +140,7 @@ class TurnHandle {
   bool done_ = false;  // kDone was read
   bool admitted_ = false;  // MarkAdmitted was called
   bool ended_ = false;     // kDone was pushed
+  std::shared_ptr<std::function<void()>> notify_;  // copied under mu_, called outside it
 };
 
 }  // namespace mnemo

@@ -1,9 +1,7 @@
 #include "server/api_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/evp.h>
-#include <sys/socket.h>
+#include <strings.h>
 #include <time.h>
 
 #include <algorithm>
@@ -33,150 +31,119 @@ std::string KeyOwner(const std::string& key) {
 
 namespace {
 
-void SetRetryAfter(httplib::Response& res, int seconds) {
-  res.headers.erase("Retry-After");
-  res.set_header("Retry-After", std::to_string(seconds));
-}
-
-// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients then overflows the accept queue
-// and gets connection resets. Calling listen() again on the bound socket raises the backlog
-// (Linux allows it); the socket is found by its local port.
-void WidenBacklog(int port) {
-  for (int fd = 3; fd < 1024; fd++) {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) continue;
-    int local = 0;
-    if (addr.ss_family == AF_INET) local = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) local = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    int listening = 0;
-    socklen_t ol = sizeof listening;
-    if (local == port && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 && listening) {
-      ::listen(fd, SOMAXCONN);
-    }
-  }
-}
+void SetRetryAfter(http::Response& res, int seconds) { res.set_header("Retry-After", std::to_string(seconds)); }
 
 }  // namespace
 
 ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metrics)
     : config_(config), service_(service), metrics_(metrics) {
   for (const auto& k : config_.api_keys) key_hashes_.push_back(KeyOwner(k));
-  const int threads = config_.http_threads;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_.set_payload_max_length(config_.max_body_bytes);
-  http_.set_read_timeout(30, 0);
-  http_.set_write_timeout(30, 0);
-  // Errors httplib produces itself (413, 404 of unknown routes, ...) get OpenAI's shape too.
-  http_.set_error_handler([](const Req&, Res& res) {
-    if (!res.body.empty()) return;
+  http::ServerLimits limits;
+  limits.workers = config_.http_threads;
+  limits.max_connections = config_.max_connections;
+  limits.max_per_address = config_.max_connections_per_address;
+  limits.header_s = config_.header_timeout_s;
+  limits.body_s = config_.body_timeout_s;
+  limits.idle_s = config_.idle_timeout_s;
+  limits.max_body_bytes = config_.max_body_bytes;
+  http_ = std::make_unique<http::Server>(limits);
+  // Errors the HTTP layer produces itself (413, 404 of unknown routes, ...) get OpenAI's shape too.
+  http_->error_page = [](const Req&, Res& res) {
     ApiError e;
     e.status = res.status;
     e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
-    e.message = res.status == 413 ? "The request body is too large." : res.status == 404 ? "Unknown endpoint." : "HTTP error " + std::to_string(res.status);
-    e.code = res.status == 413 ? "request_too_large" : res.status == 404 ? "unknown_url" : "";
+    switch (res.status) {
+      case 413: e.message = "The request body is too large."; e.code = "request_too_large"; break;
+      case 404: e.message = "Unknown endpoint."; e.code = "unknown_url"; break;
+      case 431: e.message = "The request headers are too large."; e.code = "headers_too_large"; break;
+      case 400: e.message = "The request is not valid HTTP."; e.code = "bad_request"; break;
+      default: e.message = "HTTP error " + std::to_string(res.status); break;
+    }
     http::SendError(res, e);
-  });
-  // Handlers outside Wrap (the status page's assets) end here; Wrap catches its own.
-  http_.set_exception_handler([](const Req& req, Res& res, std::exception_ptr ep) {
-    http::SendError(res, http::InternalError(req.method + " " + req.path, ep));
-  });
+  };
 
-  // Range requests are for files: applied to an API answer they cut an error body short (and a
-  // JSON body in the middle). Ignoring the header is allowed (RFC 9110 14.2). The request object is
-  // httplib's own non-const local, handed to handlers as const.
+  // Range headers are ignored (RFC 9110 14.2 allows it): they are for files, and applied to an API
+  // answer would cut an error body short.
   //
   // Request ids: a sane client X-Request-Id is kept, anything else replaced by a generated one in
   // the request itself, so that handlers, their log lines and the response all carry the same.
-  http_.set_pre_routing_handler([this](const Req& req, Res& res) {
-    Req& r = const_cast<Req&>(req);
-    r.ranges.clear();
+  http_->pre_routing = [this](Req& r, Res& res) {
     if (!http::SaneRequestId(r.get_header_value("X-Request-Id"))) {
-      r.headers.erase("X-Request-Id");
-      r.headers.emplace("X-Request-Id", http::NewRequestId());
+      std::erase_if(r.headers, [](const auto& kv) { return strcasecmp(kv.first.c_str(), "X-Request-Id") == 0; });
+      r.headers.emplace_back("X-Request-Id", http::NewRequestId());
     }
-    SetLogRequestId(r.get_header_value("X-Request-Id"));
     // A CORS preflight names the method and headers the page wants; it carries no credentials, so
     // it is answered before auth (browsers send the API key only on the real request).
-    if (req.method == "OPTIONS" && req.has_header("Access-Control-Request-Method")) {
-      const std::string origin = CorsOrigin(req);
+    if (r.method == "OPTIONS" && r.has_header("Access-Control-Request-Method")) {
+      const std::string origin = CorsOrigin(r);
       if (origin.empty()) {
         res.status = 403;
-        return httplib::Server::HandlerResponse::Handled;
+        return true;
       }
       res.status = 204;
       res.set_header("Access-Control-Allow-Origin", origin);
       res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      const std::string asked = r.get_header_value("Access-Control-Request-Headers");
       res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
       res.set_header("Access-Control-Max-Age", "600");
       if (origin != "*") res.set_header("Vary", "Origin");
-      return httplib::Server::HandlerResponse::Handled;
+      return true;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  // Every response carries the request id, those httplib makes before routing (413 by
+    return false;
+  };
+  // Every response carries the request id, those the HTTP layer makes before routing (413 by
   // Content-Length) too.
-  http_.set_post_routing_handler([this](const Req& req, Res& res) {
+  http_->post_routing = [this](const Req& req, Res& res) {
     const std::string id = req.get_header_value("X-Request-Id");
-    res.headers.erase("X-Request-Id");
     res.set_header("X-Request-Id", http::SaneRequestId(id) ? id : http::NewRequestId());
     const std::string origin = CorsOrigin(req);
     if (origin.empty()) return;
     res.set_header("Access-Control-Allow-Origin", origin);
     res.set_header("Access-Control-Expose-Headers", "X-Session-Id, X-Request-Id, Retry-After");
     if (origin != "*") res.set_header("Vary", "Origin");
-  });
-  // POST bodies are read here whatever their Content-Type: cpp-httplib's own reader refuses an
-  // application/x-www-form-urlencoded body over 8 KB with a 413 (a compile-time limit of the
-  // packaged library), and that is what `curl -d` sends. The --max-body-mb limit still applies.
-  auto post = [this](const std::string& pattern, httplib::Server::Handler h) {
-    http_.Post(pattern, [h](const Req& req, Res& res, const httplib::ContentReader& read) {
-      Req with_body = req;  // headers and matches (whose iterators point into req.path, alive)
-      if (req.is_multipart_form_data()) {  // read and dropped: bodies are JSON
-        if (read([](const httplib::MultipartFormData&) { return true; }, [](const char*, size_t) { return true; })) {
-          http::SendError(res, http::BadRequest("The request body must be JSON, not multipart form data.", "",
-                                                "invalid_json"));
-        }
-        return;
+  };
+  // POST bodies are taken whatever their Content-Type (`curl -d` sends form-urlencoded); the body
+  // limit applies to all. Multipart bodies are refused: bodies are JSON.
+  auto post = [this](const std::string& pattern, http::Handler h) {
+    http_->Route("POST", pattern, [h](const Req& req, Res& res) {
+      const std::string type = req.get_header_value("Content-Type");
+      if (strncasecmp(type.c_str(), "multipart/form-data", 19) == 0) {
+        return http::SendError(res, http::BadRequest("The request body must be JSON, not multipart form data.", "",
+                                                     "invalid_json"));
       }
-      if (!read([&](const char* data, size_t n) {
-            with_body.body.append(data, n);
-            return true;
-          })) {
-        return;  // res.status says why (413 over the limit, 400); the error handler shapes it
-      }
-      h(with_body, res);
+      h(req, res);
     });
   };
+  auto get = [this](const std::string& pattern, http::Handler h) { http_->Route("GET", pattern, std::move(h)); };
+  auto del = [this](const std::string& pattern, http::Handler h) { http_->Route("DELETE", pattern, std::move(h)); };
   auto bind = [this](auto method) {
     return [this, method](const Req& q, Res& s, const std::string& o) { (this->*method)(q, s, o); };
   };
   post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions), /*turn=*/true));
   post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions), /*turn=*/true));
   post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse), /*turn=*/true));
-  http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
-  http_.Delete(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
-  http_.Get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
-            Wrap("/v1/responses/{id}/input_items", true, bind(&ApiServer::ListInputItems)));
+  get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
+  del(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
+  get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
+      Wrap("/v1/responses/{id}/input_items", true, bind(&ApiServer::ListInputItems)));
   auto conv = Wrap("/v1/conversations", true, bind(&ApiServer::Conversations));
   post("/v1/conversations", conv);
-  http_.Get(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
+  get(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
   post(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?)", conv);
-  http_.Delete(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
+  del(R"(/v1/conversations/([A-Za-z0-9_\-]+)(/items)?(?:/([A-Za-z0-9_\-]+))?)", conv);
   post("/tokenize", Wrap("/tokenize", true, bind(&ApiServer::Tokenize)));
   post("/detokenize", Wrap("/detokenize", true, bind(&ApiServer::Detokenize)));
-  http_.Get("/v1/sessions", Wrap("/v1/sessions", true, bind(&ApiServer::ListSessions)));
+  get("/v1/sessions", Wrap("/v1/sessions", true, bind(&ApiServer::ListSessions)));
   auto model_object = [this] {
     return Json{{"id", service_.config().model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "mnemo"},
                 {"max_model_len", service_.engine().max_context()}};
   };
-  http_.Get("/v1/models", Wrap("/v1/models", true, [model_object](const Req&, Res& res, const std::string&) {
+  get("/v1/models", Wrap("/v1/models", true, [model_object](const Req&, Res& res, const std::string&) {
     http::SendJson(res, {{"object", "list"}, {"data", Json::array({model_object()})}});
   }));
   // Model ids may contain '/' (e.g. "org/name.gguf"): everything after /v1/models/ is the id.
-  http_.Get(R"(/v1/models/(.+))", Wrap("/v1/models/{id}", true, [this, model_object](const Req& req, Res& res,
-                                                                                        const std::string&) {
+  get(R"(/v1/models/(.+))", Wrap("/v1/models/{id}", true, [this, model_object](const Req& req, Res& res,
+                                                                                  const std::string&) {
     const std::string id = req.matches[1];
     if (id != service_.config().model_name) {
       return http::SendError(res, ApiError{404, "invalid_request_error",
@@ -187,23 +154,23 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   }));
   // The live status page and its assets (embedded; the page reads /metrics).
   for (const char* path : {"/", "/uPlot.iife.min.js", "/uPlot.min.css"}) {
-    http_.Get(path, [this, path](const Req&, Res& res) {
+    get(path, [this, path](const Req&, Res& res) {
       std::string type;
       std::string_view body = web::Asset(path, &type);
-      res.set_content(body.data(), body.size(), type);
+      res.set_content(std::string(body), type);
       metrics_.Request(path, res.status);
     });
   }
   // Liveness (always 200 while the process serves) and readiness (503 with Retry-After while
   // draining), both with the admission queue.
-  http_.Get("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
+  get("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, StatusJson());
   }));
-  http_.Get("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
+  get("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, StatusJson(), draining_ ? 503 : 200);
     if (draining_) res.set_header("Retry-After", "1");
   }));
-  http_.Get("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
+  get("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
     res.set_content(metrics_.Render(service_.engine().Stats(), service_.engine().Queue()), "text/plain; version=0.0.4");
   }));
 }
@@ -245,16 +212,38 @@ double ThreadCpuSeconds() {
 }
 }  // namespace
 
-httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
-                                         std::function<void(const Req&, Res&, const std::string&)> fn, bool turn) {
+http::Handler ApiServer::Wrap(const std::string& route, bool auth,
+                              std::function<void(const Req&, Res&, const std::string&)> fn, bool turn) {
   return [this, route, auth, fn, turn](const Req& req, Res& res) {
+    SetLogRequestId(req.get_header_value("X-Request-Id"));
+    // Metrics and the log line run when the answer leaves, which for a turn is after the handler
+    // returned (its Reply completes it from the worker the turn's last event woke).
+    res.before_send = [this, route, method = req.method, path = req.path,
+                       rid = req.get_header_value("X-Request-Id")](Res& res) {
+      if (res.status == 429) {  // refused by the engine after all (queue full, the wait, a timeout)
+        metrics_.Shed("engine");
+        SetRetryAfter(res, RetryAfterSeconds());
+      }
+      metrics_.Request(route, res.status);
+      // Every error is logged with the request id the client got (X-Request-Id): 5xx at error level
+      // (their detail was logged where it happened, under the same id), refusals for load at debug
+      // (an overload makes thousands), other client errors at info.
+      if (res.status >= 500) {
+        spdlog::error("request {}: {} {} -> {}: {}", rid, method, path, res.status, res.body.substr(0, 300));
+      } else if (res.status == 429) {
+        spdlog::debug("request {}: {} {} -> {}", rid, method, path, res.status);
+      } else if (res.status >= 400) {
+        spdlog::info("request {}: {} {} -> {}: {}", rid, method, path, res.status, res.body.substr(0, 300));
+      } else {
+        spdlog::debug("request {}: {} {} -> {}", rid, method, path, res.status);
+      }
+    };
     std::string owner;
     if (auth) {
       auto a = Authenticate(req);
       if (auto* e = std::get_if<ApiError>(&a)) {
-        http::SendError(res, *e);
-        metrics_.Request(route, res.status);
-        return;
+        res.before_send = [this, route](Res& res) { metrics_.Request(route, res.status); };
+        return http::SendError(res, *e);
       }
       owner = std::get<std::string>(a);
     }
@@ -262,7 +251,7 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
       if (auto e = Shed()) {
         http::SendError(res, *e);
         if (res.status == 429) SetRetryAfter(res, RetryAfterSeconds());
-        metrics_.Request(route, res.status);
+        res.before_send = [this, route](Res& res) { metrics_.Request(route, res.status); };
         return;
       }
     }
@@ -270,28 +259,43 @@ httplib::Server::Handler ApiServer::Wrap(const std::string& route, bool auth,
     try {
       fn(req, res, owner);
     } catch (...) {  // a bug, never bad input: the client sees no exception text, the log does
-      http::SendError(res, http::InternalError(req.method + " " + req.path, std::current_exception()));
-    }
-    if (res.status == 429) {  // refused by the engine after all (queue full, the wait, a timeout)
-      metrics_.Shed("engine");
-      SetRetryAfter(res, RetryAfterSeconds());
+      if (!res.deferred()) http::SendError(res, http::InternalError(req.method + " " + req.path, std::current_exception()));
     }
     metrics_.RequestCpu(route, ThreadCpuSeconds() - cpu0);
-    metrics_.Request(route, res.status);
-    // Every error is logged with the request id the client got (X-Request-Id): 5xx at error level
-    // (their detail was logged where it happened, under the same id), refusals for load at debug
-    // (an overload makes thousands), other client errors at info.
-    const std::string& rid = LogRequestId();
-    if (res.status >= 500) {
-      spdlog::error("request {}: {} {} -> {}: {}", rid, req.method, req.path, res.status, res.body.substr(0, 300));
-    } else if (res.status == 429) {
-      spdlog::debug("request {}: {} {} -> {}", rid, req.method, req.path, res.status);
-    } else if (res.status >= 400) {
-      spdlog::info("request {}: {} {} -> {}: {}", rid, req.method, req.path, res.status, res.body.substr(0, 300));
-    } else {
-      spdlog::debug("request {}: {} {} -> {}", rid, req.method, req.path, res.status);
-    }
   };
+}
+
+void ApiServer::DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::function<bool()> step) {
+  struct Driver {
+    std::mutex mu;                    // one step at a time
+    std::function<bool()> step;       // cleared once it returned true
+    std::atomic<bool> scheduled{false};
+    std::string request_id;
+  };
+  auto d = std::make_shared<Driver>();
+  d->step = std::move(step);
+  d->request_id = LogRequestId();
+  http::Server* srv = http_.get();
+  std::weak_ptr<TurnHandle> weak = handle;
+  // Runs on the engine's thread: only schedules. A step already queued drains every event there is.
+  handle->SetNotify([d, srv, weak] {
+    if (d->scheduled.exchange(true)) return;
+    srv->Post([d, weak] {
+      d->scheduled = false;
+      std::lock_guard<std::mutex> lock(d->mu);
+      if (!d->step) return;
+      SetLogRequestId(d->request_id);
+      bool finished = true;
+      try {
+        finished = d->step();
+      } catch (...) {  // a bug: logged; the Reply, dropped unanswered, closes its connection
+        http::InternalError("turn", std::current_exception());
+      }
+      if (!finished) return;
+      d->step = nullptr;  // releases the turn and its Reply
+      if (auto h = weak.lock()) h->SetNotify(nullptr);
+    });
+  });
 }
 
 std::optional<ApiError> ApiServer::Shed() {
@@ -313,7 +317,7 @@ int ApiServer::RetryAfterSeconds() const {
 }
 
 std::optional<ApiError> ApiServer::AwaitAdmission(const StartedTurn& t, const std::string& owner) {
-  if (t.handle->WaitAdmitted()) return std::nullopt;
+  if (t.handle->AdmissionState() == TurnHandle::Admission::kAdmitted || t.handle->WaitAdmitted()) return std::nullopt;
   const TurnResult r = t.handle->Wait();
   metrics_.Turn(r);
   service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // not completed: discarded
@@ -333,36 +337,18 @@ ApiServer::http_json_t ApiServer::StatusJson() const {
 }
 
 Status ApiServer::Start() {
-  if (config_.port == 0) {
-    port_ = http_.bind_to_any_port(config_.host);
-    if (port_ <= 0) return MakeError("cannot bind %s", config_.host.c_str());
-  } else if (http_.bind_to_port(config_.host, config_.port)) {
-    port_ = config_.port;
-  } else {
-    return MakeError("cannot bind %s:%d (in use?)", config_.host.c_str(), config_.port);
-  }
-  WidenBacklog(port_);
-  listen_ended_ = false;
-  thread_ = std::thread([this] {
-    http_.listen_after_bind();
-    listen_ended_ = true;
-  });
-  // cpp-httplib's stop() closes the socket only once listening has begun; a Stop() before that (a
-  // SIGTERM pending since start-up) did nothing, and the listener then blocked in accept() forever.
-  // So Start() returns once the listener runs (or has already given up).
-  while (!http_.is_running() && !listen_ended_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Status st = http_->Listen(config_.host, config_.port);
+  if (!st.ok()) return st;
+  port_ = http_->port();
   return Status::Ok();
 }
 
 void ApiServer::Stop() {
   draining_ = true;
-  http_.stop();
-  if (thread_.joinable()) thread_.join();
+  http_->Stop();
 }
 
-void ApiServer::Wait() {
-  if (thread_.joinable()) thread_.join();
-}
+void ApiServer::Wait() { http_->Wait(); }
 
 void ApiServer::Tokenize(const Req& req, Res& res, const std::string&) {
   auto parsed = http::ParseBody(req.body);

@@ -1,11 +1,11 @@
 // The OpenAI-compatible HTTP server: routes, API-key auth, OpenAI-shaped errors, body limits, and
 // the handlers of every endpoint (chat_api.cpp, responses_api.cpp, api_server.cpp).
 //
-// Threads: cpp-httplib runs one handler thread per connection from a pool of http_threads; a
-// streaming response keeps its thread until the turn ends.
+// Threads: an event-driven HTTP server (http_server.h): I/O threads own the sockets, a bounded
+// pool of http_threads workers runs the handlers. A turn's answer (streamed or whole) holds no
+// thread while the engine works: the turn's events wake a worker (DriveTurn), which formats them
+// and queues them on the connection.
 #pragma once
-
-#include <httplib.h>
 
 #include <atomic>
 #include <memory>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -25,8 +26,13 @@ struct ServerConfig {
   std::string host = "127.0.0.1";      // bind address
   int port = 8080;                     // 0 = any free port (see ApiServer::port)
   std::vector<std::string> api_keys;   // accepted bearer keys; empty = no auth
-  size_t max_body_bytes = 8u << 20;    // larger bodies get 413
-  int http_threads = 128;              // connections served at once
+  size_t max_body_bytes = 8u << 20;    // larger bodies get 413 (a declared length at once)
+  int http_threads = 16;               // workers running handlers (no connection or stream holds one)
+  int max_connections = 16384;         // open connections in total; past it 503 and close
+  int max_connections_per_address = 1024;  // open connections from one client address
+  double header_timeout_s = 10;        // total time for a request's line and headers
+  double body_timeout_s = 60;          // total time for its body
+  double idle_timeout_s = 60;          // a kept-alive connection's wait for its next request
   // Origins whose browser pages may call the API (CORS): each gets Access-Control-Allow-Origin and
   // its preflights are answered; "*" allows any. Empty = no CORS headers (browsers then refuse).
   std::vector<std::string> cors_origins;
@@ -47,14 +53,14 @@ class ApiServer {
   int port() const { return port_; }
 
  private:
-  using Req = httplib::Request;
-  using Res = httplib::Response;
+  using Req = http::Request;
+  using Res = http::Response;
   // The request's owner (hash of its API key), or an error when auth fails.
   std::variant<std::string, ApiError> Authenticate(const Req& req) const;
   // Wraps a handler with auth, error shaping and metrics. turn: the route starts a turn, so it is
   // refused before any work (no parsing, rendering or session) when the engine is shedding load
   // (429) or the server drains (503), both with Retry-After.
-  httplib::Server::Handler Wrap(const std::string& route, bool auth,
+  http::Handler Wrap(const std::string& route, bool auth,
                                 std::function<void(const Req&, Res&, const std::string& owner)> fn,
                                 bool turn = false);
   // Why a turn would be refused now (draining, queue full, wait past the bound), or nullopt.
@@ -65,7 +71,11 @@ class ApiServer {
   // A stream commits to status 200 with its first byte, so it first waits for the engine to admit
   // its turn: a turn ended before that (it waited past the bound, shutdown) is discarded and its
   // error returned, to be sent with its real status.
+  // Call only once the turn's admission is decided (TurnHandle::AdmissionState is not kWaiting).
   std::optional<ApiError> AwaitAdmission(const StartedTurn& t, const std::string& owner);
+  // Runs step on the worker pool whenever the turn has news (an event, its admission), one call at
+  // a time, until step returns true. Nothing waits on the turn meanwhile.
+  void DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::function<bool()> step);
   // The queue and the server's state (/health, /ready).
   http_json_t StatusJson() const;
 
@@ -86,9 +96,7 @@ class ApiServer {
   Service& service_;
   Metrics& metrics_;
   std::vector<std::string> key_hashes_;  // owners of the configured keys
-  httplib::Server http_;
-  std::thread thread_;
-  std::atomic<bool> listen_ended_{false};  // the listener thread's listen call returned
+  std::unique_ptr<http::Server> http_;
   std::atomic<bool> draining_{false};      // Stop was called: new turns get 503
   int port_ = 0;
 };

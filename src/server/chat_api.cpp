@@ -82,10 +82,9 @@ std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body,
   return out;
 }
 
-// Runs a started turn to the end for a non-streaming request; commits it; returns the result.
-std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, const StartedTurn& t,
+// The end of a non-streaming turn: commits it; returns the result.
+std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, const StartedTurn& t, TurnResult r,
                                             const std::string& owner) {
-  TurnResult r = t.handle->Wait();
   metrics.Turn(r);
   auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);  // a failed turn is discarded here
   if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
@@ -160,29 +159,41 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   const std::string model = service_.config().model_name;
   res.set_header("X-Session-Id", req.get_header_value("X-Session-Id"));
 
+  auto reply = res.Defer();
   if (!stream) {
-    auto r = RunToEnd(service_, metrics_, t, owner);
-    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
-    const TurnResult& tr = std::get<TurnResult>(r);
-    const ToolReply reply = ExtractToolCalls(service_, *tools, tr);
-    Json message = {{"role", "assistant"}, {"content", reply.content}};
-    std::string finish = FinishReasonName(tr.finish_reason);
-    if (!reply.calls.empty()) {
-      if (reply.content.empty()) message["content"] = nullptr;
-      message["tool_calls"] = ToolCallsJson(reply.calls);
-      finish = "tool_calls";
-    }
-    Json j = {{"id", id},
-              {"object", "chat.completion"},
-              {"created", created},
-              {"model", model},
-              {"choices", Json::array({{{"index", 0},
-                                        {"message", std::move(message)},
-                                        {"logprobs", nullptr},
-                                        {"finish_reason", finish}}})},
-              {"usage", http::ChatUsage(tr)}};
-    if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
-    return http::SendJson(res, j);
+    return DriveTurn(t.handle, [=, this]() -> bool {
+      TurnEvent ev;
+      while (t.handle->TryNext(&ev)) {
+        if (ev.kind != TurnEvent::kDone) continue;
+        auto r = RunToEnd(service_, metrics_, t, std::move(ev.result), owner);
+        if (auto* e = std::get_if<ApiError>(&r)) {
+          reply->Send(http::ErrorResponse(*e));
+          return true;
+        }
+        const TurnResult& tr = std::get<TurnResult>(r);
+        const ToolReply tool = ExtractToolCalls(service_, *tools, tr);
+        Json message = {{"role", "assistant"}, {"content", tool.content}};
+        std::string finish = FinishReasonName(tr.finish_reason);
+        if (!tool.calls.empty()) {
+          if (tool.content.empty()) message["content"] = nullptr;
+          message["tool_calls"] = ToolCallsJson(tool.calls);
+          finish = "tool_calls";
+        }
+        Json j = {{"id", id},
+                  {"object", "chat.completion"},
+                  {"created", created},
+                  {"model", model},
+                  {"choices", Json::array({{{"index", 0},
+                                            {"message", std::move(message)},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", finish}}})},
+                  {"usage", http::ChatUsage(tr)}};
+        if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
+        reply->Send(http::JsonResponse(j));
+        return true;
+      }
+      return false;
+    });
   }
 
   auto chunk = [=](Json delta, Json finish) {
@@ -193,22 +204,49 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
                 {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
                                           {"finish_reason", std::move(finish)}}})}};
   };
-  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
+  // A stream commits to status 200 with its head, so the head waits for the turn's admission.
   Service* service = &service_;
   Metrics* metrics = &metrics_;
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    bool alive = write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
+  std::shared_ptr<TurnHandle> handle = t.handle;
+  reply->OnClose([handle] { handle->Cancel(); });  // the client went away: stop generating
+  struct StreamState {
+    bool head = false;
+    bool alive = true;
+    std::chrono::steady_clock::time_point last;
+    std::optional<ToolHold> hold;  // across the steps of one stream
+    bool forced = false;           // required / a named tool: the reply is calls, streamed as they come
+    std::optional<CallStream> calls;
+  };
+  auto state = std::make_shared<StreamState>();
+  state->hold.emplace(*service, *tools);
+  state->forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
+  state->calls.emplace(DetectToolFormat(service->chat_template()));
+  DriveTurn(t.handle, [=, this]() -> bool {
+    auto write = [&](const std::string& s) { return reply->Write(s); };
+    bool& alive = state->alive;
+    auto& last = state->last;
+    if (!state->head) {
+      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
+      if (auto e = AwaitAdmission(t, owner)) {
+        reply->Send(http::ErrorResponse(*e));
+        return true;
+      }
+      state->head = true;
+      http::Response head;
+      head.set_header("Content-Type", "text/event-stream");
+      alive = reply->Begin(std::move(head));
+      alive = alive && write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
+      last = std::chrono::steady_clock::now();
+    }
     TurnEvent ev;
-    auto last = std::chrono::steady_clock::now();
     // Tool calls: the reply is held back while it may be a call (all of it under required / a
     // named tool; under auto while its start can open one) and sent as tool_calls deltas at the end.
-    ToolHold hold(*service, *tools);
-    // Under required / a named tool the reply is calls in the grammar's shape: stream them as they
+    ToolHold& hold = *state->hold;
+    // Under required / a named tool the reply is calls in the grammar's shape: streamed as they
     // are generated.
-    const bool forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
-    CallStream calls(DetectToolFormat(service->chat_template()));
-    while (t.handle->Next(&ev)) {
+    const bool forced = state->forced;
+    CallStream& calls = *state->calls;
+    while (t.handle->TryNext(&ev)) {
       if (ev.kind == TurnEvent::kText) {
         auto now = std::chrono::steady_clock::now();
         metrics->InterToken(std::chrono::duration<double>(now - last).count());
@@ -228,7 +266,10 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       const TurnResult& r = ev.result;
       metrics->Turn(r);
       auto c = service->Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
-      if (!alive) return false;
+      if (!alive) {
+        reply->End();
+        return true;
+      }
       if (auto* e = std::get_if<ApiError>(&c)) {
         write(http::SseData(Json{{"error", {{"message", e->message}, {"type", e->type}}}}));
       } else if (r.finish_reason == FinishReason::kError) {
@@ -239,13 +280,13 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         if (forced) {
           if (calls.calls() > 0) finish = "tool_calls";
         } else if (hold.holding()) {
-          const ToolReply reply = ExtractToolCalls(*service, *tools, r);
-          if (!reply.calls.empty()) finish = "tool_calls";
-          if (!reply.content.empty()) write(http::SseData(chunk({{"content", reply.content}}, nullptr)));
+          const ToolReply tool = ExtractToolCalls(*service, *tools, r);
+          if (!tool.calls.empty()) finish = "tool_calls";
+          if (!tool.content.empty()) write(http::SseData(chunk({{"content", tool.content}}, nullptr)));
           // As OpenAI streams a call: index, id, type and name with empty arguments, then the
           // arguments in pieces.
-          for (size_t k = 0; k < reply.calls.size(); k++) {
-            const ChatToolCall& c = reply.calls[k];
+          for (size_t k = 0; k < tool.calls.size(); k++) {
+            const ChatToolCall& c = tool.calls[k];
             write(http::SseData(chunk({{"tool_calls", Json::array({{{"index", k}, {"id", c.id}, {"type", "function"},
                                                                      {"function", {{"name", c.name}, {"arguments", ""}}}}})}},
                                       nullptr)));
@@ -264,7 +305,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         }
       }
       write("data: [DONE]\n\n");
-      sink.done();
+      reply->End();
       return true;
     }
     return false;
@@ -312,35 +353,61 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     return Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                 {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
   };
+  auto reply = res.Defer();
   if (!stream) {
-    auto r = RunToEnd(service_, metrics_, t, owner);
-    if (auto* e = std::get_if<ApiError>(&r)) return http::SendError(res, *e);
-    const TurnResult& tr = std::get<TurnResult>(r);
-    Json j = object(tr.text, FinishReasonName(tr.finish_reason));
-    j["usage"] = http::ChatUsage(tr);
-    return http::SendJson(res, j);
+    return DriveTurn(t.handle, [=, this]() -> bool {
+      TurnEvent ev;
+      while (t.handle->TryNext(&ev)) {
+        if (ev.kind != TurnEvent::kDone) continue;
+        auto r = RunToEnd(service_, metrics_, t, std::move(ev.result), owner);
+        if (auto* e = std::get_if<ApiError>(&r)) {
+          reply->Send(http::ErrorResponse(*e));
+          return true;
+        }
+        const TurnResult& tr = std::get<TurnResult>(r);
+        Json j = object(tr.text, FinishReasonName(tr.finish_reason));
+        j["usage"] = http::ChatUsage(tr);
+        reply->Send(http::JsonResponse(j));
+        return true;
+      }
+      return false;
+    });
   }
-  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
   Service* service = &service_;
   Metrics* metrics = &metrics_;
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) {
-    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-    bool alive = true;
+  std::shared_ptr<TurnHandle> handle = t.handle;
+  reply->OnClose([handle] { handle->Cancel(); });
+  auto head = std::make_shared<bool>(false);
+  auto alive = std::make_shared<bool>(true);
+  DriveTurn(t.handle, [=, this]() -> bool {
+    auto write = [&](const std::string& s) { return reply->Write(s); };
+    if (!*head) {
+      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
+      if (auto e = AwaitAdmission(t, owner)) {
+        reply->Send(http::ErrorResponse(*e));
+        return true;
+      }
+      *head = true;
+      http::Response h;
+      h.set_header("Content-Type", "text/event-stream");
+      *alive = reply->Begin(std::move(h));
+    }
     TurnEvent ev;
-    while (t.handle->Next(&ev)) {
+    while (t.handle->TryNext(&ev)) {
       if (ev.kind == TurnEvent::kText) {
-        if (alive && !ev.text.empty()) alive = write(http::SseData(object(ev.text, nullptr)));
-        if (!alive) t.handle->Cancel();
+        if (*alive && !ev.text.empty()) *alive = write(http::SseData(object(ev.text, nullptr)));
+        if (!*alive) t.handle->Cancel();
         continue;
       }
       metrics->Turn(ev.result);
       auto c = service->Commit(t, ev.result, std::nullopt, std::nullopt, owner);
-      if (!alive) return false;
-      Json last = object("", FinishReasonName(ev.result.finish_reason));
-      last["usage"] = http::ChatUsage(ev.result);
-      write(http::SseData(last));
-      write("data: [DONE]\n\n");
-      sink.done();
+      if (*alive) {
+        Json last = object("", FinishReasonName(ev.result.finish_reason));
+        last["usage"] = http::ChatUsage(ev.result);
+        write(http::SseData(last));
+        write("data: [DONE]\n\n");
+      }
+      reply->End();
       return true;
     }
     return false;

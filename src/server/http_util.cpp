@@ -13,7 +13,7 @@
 
 namespace mnemo::http {
 
-void SendError(httplib::Response& res, const ApiError& e) {
+void SendError(Response& res, const ApiError& e) {
   Json err = {{"message", e.message},
               {"type", e.type},
               {"param", e.param.empty() ? Json(nullptr) : Json(e.param)},
@@ -23,9 +23,21 @@ void SendError(httplib::Response& res, const ApiError& e) {
   res.set_content(Json{{"error", err}}.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
-void SendJson(httplib::Response& res, const Json& j, int status) {
+void SendJson(Response& res, const Json& j, int status) {
   res.status = status;
   res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+Response ErrorResponse(const ApiError& e) {
+  Response res;
+  SendError(res, e);
+  return res;
+}
+
+Response JsonResponse(const Json& j, int status) {
+  Response res;
+  SendJson(res, j, status);
+  return res;
 }
 
 ApiError BadRequest(std::string message, std::string param, std::string code) {

@@ -2,8 +2,6 @@
 // checks, SSE framing.
 #pragma once
 
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -11,6 +9,7 @@
 
 #include "engine/request.h"
 #include "sampling/stop.h"
+#include "server/http_server.h"
 #include "server/service.h"
 
 namespace mnemo::http {
@@ -18,8 +17,11 @@ namespace mnemo::http {
 using Json = nlohmann::json;
 
 // Writes {"error": {"message", "type", "param", "code"}} with the error's status.
-void SendError(httplib::Response& res, const ApiError& e);
-void SendJson(httplib::Response& res, const Json& j, int status = 200);
+void SendError(Response& res, const ApiError& e);
+void SendJson(Response& res, const Json& j, int status = 200);
+// The same as a new Response (for a deferred Reply).
+Response ErrorResponse(const ApiError& e);
+Response JsonResponse(const Json& j, int status = 200);
 ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
 ApiError NotFound(std::string message);
 // A 500 for an exception that escaped a handler (a bug: bad input never throws). The exception's

@@ -511,27 +511,46 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     return obj;
   };
 
+  auto reply = res.Defer();
   if (!stream) {
-    TurnResult r = t.handle->Wait();
-    auto out = finish(r);
-    if (auto* e = std::get_if<ApiError>(&out)) return http::SendError(res, *e);
-    return http::SendJson(res, std::get<Json>(out));
+    return DriveTurn(t.handle, [=, this]() mutable -> bool {
+      TurnEvent ev;
+      while (t.handle->TryNext(&ev)) {
+        if (ev.kind != TurnEvent::kDone) continue;
+        auto out = finish(ev.result);
+        if (auto* e = std::get_if<ApiError>(&out)) {
+          reply->Send(http::ErrorResponse(*e));
+        } else {
+          reply->Send(http::JsonResponse(std::get<Json>(out)));
+        }
+        return true;
+      }
+      return false;
+    });
   }
-  if (auto e = AwaitAdmission(t, owner)) return http::SendError(res, *e);
-  res.set_chunked_content_provider("text/event-stream", [=](size_t, httplib::DataSink& sink) mutable {
-    int seq = 0;
+  // A stream commits to status 200 with its head, so the head waits for the turn's admission.
+  std::shared_ptr<TurnHandle> handle = t.handle;
+  reply->OnClose([handle] { handle->Cancel(); });  // the client went away: stop generating
+  struct StreamState {
+    bool head = false;
     bool alive = true;
+    int seq = 0;
+    bool message_open = false;
+    std::optional<ToolHold> hold;  // across the steps of one stream
+  };
+  auto state = std::make_shared<StreamState>();
+  state->hold.emplace(service_, *tools);
+  DriveTurn(t.handle, [=, this]() mutable -> bool {
+    int& seq = state->seq;
+    bool& alive = state->alive;
     auto emit = [&](const std::string& type, Json j) {
       j["type"] = type;
       j["sequence_number"] = seq++;
-      if (alive) alive = sink.write(http::SseEvent(type, j).data(), http::SseEvent(type, j).size());
+      if (alive) alive = reply->Write(http::SseEvent(type, j));
     };
-    Json pending = ResponseObject(sr, Json::parse(sr.request_json), Json::array(), nullptr);
-    emit("response.created", {{"response", pending}});
-    emit("response.in_progress", {{"response", pending}});
     // The message item opens with its first text; with tools the reply is held while it may be a
     // call (ToolHold), and calls become function_call items after it.
-    bool message_open = false;
+    bool& message_open = state->message_open;
     auto open_message = [&] {
       if (message_open) return;
       message_open = true;
@@ -544,10 +563,24 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       emit("response.output_text.delta", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                                           {"delta", text}, {"logprobs", Json::array()}});
     };
-    ToolHold hold(service_, *tools);
-    if (!tools->parse()) open_message();
+    ToolHold& hold = *state->hold;
+    if (!state->head) {
+      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
+      if (auto e = AwaitAdmission(t, owner)) {
+        reply->Send(http::ErrorResponse(*e));
+        return true;
+      }
+      state->head = true;
+      http::Response head;
+      head.set_header("Content-Type", "text/event-stream");
+      alive = reply->Begin(std::move(head));
+      Json pending = ResponseObject(sr, Json::parse(sr.request_json), Json::array(), nullptr);
+      emit("response.created", {{"response", pending}});
+      emit("response.in_progress", {{"response", pending}});
+      if (!tools->parse()) open_message();
+    }
     TurnEvent ev;
-    while (t.handle->Next(&ev)) {
+    while (t.handle->TryNext(&ev)) {
       if (ev.kind == TurnEvent::kText) {
         const std::string out = hold.Feed(ev.token, ev.text);
         if (!out.empty()) text_delta(out);
@@ -555,7 +588,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
         continue;
       }
       auto out = finish(ev.result, hold.holding());  // durable before the final events
-      if (!alive) return false;
+      if (!alive) {
+        reply->End();
+        return true;
+      }
       if (auto* e = std::get_if<ApiError>(&out)) {
         emit("error", {{"code", e->code}, {"message", e->message}, {"param", nullptr}});
       } else {
@@ -587,7 +623,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
         }
         emit(resp["status"] == "completed" ? "response.completed" : "response.incomplete", {{"response", resp}});
       }
-      sink.done();
+      reply->End();
       return true;
     }
     return false;
@@ -612,7 +648,7 @@ void ApiServer::DeleteResponse(const Req& req, Res& res, const std::string& owne
 }
 
 namespace {
-std::variant<ListOptions, ApiError> ListParams(const httplib::Request& req) {
+std::variant<ListOptions, ApiError> ListParams(const http::Request& req) {
   ListOptions lo;
   lo.ascending = false;  // OpenAI lists conversation items and input items newest first by default
   if (req.has_param("limit")) {

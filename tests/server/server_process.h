@@ -71,6 +71,7 @@ class ServerProcess {
     if (err_) fclose(err_);
   }
   int port() const { return port_; }
+  int pid() const { return pid_; }
   std::string log() const {
     std::lock_guard<std::mutex> lock(mu_);
     return log_;

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Connection-scale benchmark of `mnemo serve` (issue 13): threads, RSS and small-request latency
+with N idle connections, then with M concurrent SSE streams. Standard library only.
+
+  ulimit -n 65536; python3 scripts/bench_connections.py --bin build/apps/mnemo \
+      --model ../shared/models/stories260K/stories260K.gguf --idle 10000 --streams 1000
+
+Prints one JSON object: for each phase the server's threads (/proc/PID/task) and RSS (VmRSS), and
+the latency of GET /health (p50/p99 over --probes requests, each on a new connection).
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import selectors
+import socket
+import subprocess
+import sys
+import time
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def threads(pid):
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def probe(port, n):
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        if not data.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError("probe failed: %r" % data[:200])
+        lat.append((time.perf_counter() - t0) * 1000)
+    lat.sort()
+    return {"p50_ms": round(lat[len(lat) // 2], 2), "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+            "max_ms": round(lat[-1], 2)}
+
+
+def state(pid, port, probes):
+    return {"threads": threads(pid), "rss_mb": round(rss_kb(pid) / 1024, 1), "health": probe(port, probes)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="build/apps/mnemo")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--idle", type=int, default=10000)
+    ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--max-tokens", type=int, default=400)
+    ap.add_argument("--probes", type=int, default=200)
+    a = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    n = max(a.idle, a.streams) + 1000
+    args = [a.bin, "serve", "--model", a.model, "--port", "0", "--max-context", "512", "--kv-t0-mb", "512",
+            "--max-connections", str(n), "--max-connections-per-address", str(n),
+            "--max-running", str(a.streams), "--max-waiting", str(a.streams), "--max-queue-ms", "600000"]
+    srv = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in srv.stderr:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    if port is None:
+        raise SystemExit("the server did not start")
+    # Keep reading its log so it never blocks on a full pipe.
+    import threading
+    threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
+    out = {"idle_connections": a.idle, "streams": a.streams}
+    try:
+        out["baseline"] = state(srv.pid, port, a.probes)
+        idle = []
+        t0 = time.time()
+        for _ in range(a.idle):
+            s = socket.socket()
+            s.setblocking(True)
+            s.connect(("127.0.0.1", port))
+            idle.append(s)
+        out["open_idle_s"] = round(time.time() - t0, 2)
+        time.sleep(1)
+        out["with_idle"] = state(srv.pid, port, a.probes)
+        out["with_idle"]["rss_added_kb_per_connection"] = round(
+            (out["with_idle"]["rss_mb"] - out["baseline"]["rss_mb"]) * 1024 / max(1, a.idle), 2)
+        for s in idle:
+            s.close()
+        idle = []
+        time.sleep(1)
+        # Streams: send every request, then read all of them concurrently with a selector.
+        sel = selectors.DefaultSelector()
+        got_head = 0
+        events = 0
+        conns = []
+        for i in range(a.streams):
+            body = json.dumps({"messages": [{"role": "user", "content": "Story %d" % i}],
+                               "max_tokens": a.max_tokens, "ignore_eos": True, "stream": True}).encode()
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.setblocking(False)
+            conns.append(s)
+            sel.register(s, selectors.EVENT_READ, {"head": False, "buf": b""})
+        t0 = time.time()
+        sample = None
+        load = None
+        while time.time() - t0 < 120:
+            for key, _ in sel.select(timeout=0.2):
+                d = key.data
+                try:
+                    chunk = key.fileobj.recv(65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                events += chunk.count(b"data: ")
+                if not d["head"]:
+                    d["buf"] += chunk
+                    if b"\r\n\r\n" in d["buf"]:
+                        d["head"] = d["buf"].startswith(b"HTTP/1.1 200")
+                        got_head += d["head"]
+                        d["buf"] = b""
+            if sample is None and got_head >= a.streams:
+                # Every stream is open and producing: measure now, while they run.
+                sample = state(srv.pid, port, a.probes)
+                sample["streams_with_head"] = got_head
+                sample["loadavg"] = open("/proc/loadavg").read().split()[:3]
+                cpu0 = sum(int(x) for x in open(f"/proc/{srv.pid}/stat").read().split()[13:15])
+                w0 = time.time()
+            if sample is not None and load is None and time.time() - w0 > 3:
+                cpu1 = sum(int(x) for x in open(f"/proc/{srv.pid}/stat").read().split()[13:15])
+                load = (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") / (time.time() - w0)
+            if not sel.get_map():
+                break
+        out["with_streams"] = sample or {"streams_with_head": got_head}
+        if load is not None:
+            out["with_streams"]["server_cpu_cores"] = round(load, 2)
+        out["sse_events_read"] = events
+        for s in conns:
+            s.close()
+    finally:
+        srv.terminate()
+        srv.wait(timeout=60)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
