@@ -117,7 +117,9 @@ def main():
         t0 = time.time()
         sample = None
         load = None
-        while time.time() - t0 < 120:
+        last_sample = time.time()
+        prev_cpu = prev_t = None
+        while time.time() - t0 < 300:
             for key, _ in sel.select(timeout=0.2):
                 d = key.data
                 try:
@@ -133,22 +135,29 @@ def main():
                     if b"\r\n\r\n" in d["buf"]:
                         d["head"] = d["buf"].startswith(b"HTTP/1.1 200")
                         got_head += d["head"]
+                        if not d["head"] and "refused" not in out:
+                            out["refused"] = d["buf"][:400].decode(errors="replace")
                         d["buf"] = b""
-            if sample is None and got_head >= a.streams:
-                # Every stream is open and producing: measure now, while they run.
-                sample = state(srv.pid, port, a.probes)
-                sample["streams_with_head"] = got_head
-                sample["loadavg"] = open("/proc/loadavg").read().split()[:3]
-                cpu0 = sum(int(x) for x in open(f"/proc/{srv.pid}/stat").read().split()[13:15])
-                w0 = time.time()
-            if sample is not None and load is None and time.time() - w0 > 3:
-                cpu1 = sum(int(x) for x in open(f"/proc/{srv.pid}/stat").read().split()[13:15])
-                load = (cpu1 - cpu0) / os.sysconf("SC_CLK_TCK") / (time.time() - w0)
+            # Every 2 s: the streams open now (connected, not finished: streaming, or parked waiting
+            # for admission) and the server's state; the sample with the most open streams is kept.
+            if time.time() - last_sample > 2:
+                last_sample = time.time()
+                open_now = len(sel.get_map())
+                cpu = sum(int(x) for x in open(f"/proc/{srv.pid}/stat").read().split()[13:15])
+                st = state(srv.pid, port, a.probes)
+                st["open_streams"] = open_now
+                st["streams_with_head_so_far"] = got_head
+                st["loadavg"] = open("/proc/loadavg").read().split()[:3]
+                if prev_cpu is not None:
+                    st["server_cpu_cores"] = round((cpu - prev_cpu) / os.sysconf("SC_CLK_TCK") / (time.time() - prev_t), 2)
+                prev_cpu, prev_t = cpu, time.time()
+                if sample is None or open_now > sample["open_streams"]:
+                    sample = st
             if not sel.get_map():
                 break
-        out["with_streams"] = sample or {"streams_with_head": got_head}
-        if load is not None:
-            out["with_streams"]["server_cpu_cores"] = round(load, 2)
+        out["with_streams"] = sample
+        out["streams_with_head"] = got_head
+        out["streams_s"] = round(time.time() - t0, 1)
         out["sse_events_read"] = events
         for s in conns:
             s.close()

@@ -115,6 +115,11 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     });
   };
   auto get = [this](const std::string& pattern, http::Handler h) { http_->Route("GET", pattern, std::move(h)); };
+  // Answers that never wait on a turn's start: their own threads, so a burst of turns cannot
+  // delay a health check (the kQuick lane; /metrics waits at most one engine step).
+  auto quick = [this](const std::string& pattern, http::Handler h) {
+    http_->Route("GET", pattern, std::move(h), http::Server::Lane::kQuick);
+  };
   auto del = [this](const std::string& pattern, http::Handler h) { http_->Route("DELETE", pattern, std::move(h)); };
   auto bind = [this](auto method) {
     return [this, method](const Req& q, Res& s, const std::string& o) { (this->*method)(q, s, o); };
@@ -138,11 +143,11 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     return Json{{"id", service_.config().model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "mnemo"},
                 {"max_model_len", service_.engine().max_context()}};
   };
-  get("/v1/models", Wrap("/v1/models", true, [model_object](const Req&, Res& res, const std::string&) {
+  quick("/v1/models", Wrap("/v1/models", true, [model_object](const Req&, Res& res, const std::string&) {
     http::SendJson(res, {{"object", "list"}, {"data", Json::array({model_object()})}});
   }));
   // Model ids may contain '/' (e.g. "org/name.gguf"): everything after /v1/models/ is the id.
-  get(R"(/v1/models/(.+))", Wrap("/v1/models/{id}", true, [this, model_object](const Req& req, Res& res,
+  quick(R"(/v1/models/(.+))", Wrap("/v1/models/{id}", true, [this, model_object](const Req& req, Res& res,
                                                                                   const std::string&) {
     const std::string id = req.matches[1];
     if (id != service_.config().model_name) {
@@ -154,7 +159,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   }));
   // The live status page and its assets (embedded; the page reads /metrics).
   for (const char* path : {"/", "/uPlot.iife.min.js", "/uPlot.min.css"}) {
-    get(path, [this, path](const Req&, Res& res) {
+    quick(path, [this, path](const Req&, Res& res) {
       std::string type;
       std::string_view body = web::Asset(path, &type);
       res.set_content(std::string(body), type);
@@ -163,14 +168,14 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   }
   // Liveness (always 200 while the process serves) and readiness (503 with Retry-After while
   // draining), both with the admission queue.
-  get("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
+  quick("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, StatusJson());
   }));
-  get("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
+  quick("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, StatusJson(), draining_ ? 503 : 200);
     if (draining_) res.set_header("Retry-After", "1");
   }));
-  get("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
+  quick("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
     res.set_content(metrics_.Render(service_.engine().Stats(), service_.engine().Queue()), "text/plain; version=0.0.4");
   }));
 }
@@ -278,6 +283,8 @@ void ApiServer::DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::functi
   http::Server* srv = http_.get();
   std::weak_ptr<TurnHandle> weak = handle;
   // Runs on the engine's thread: only schedules. A step already queued drains every event there is.
+  // Steps run on the events lane: they format events and commit (the store); only a discarded new
+  // session's delete waits on the engine.
   handle->SetNotify([d, srv, weak] {
     if (d->scheduled.exchange(true)) return;
     srv->Post([d, weak] {
@@ -294,7 +301,7 @@ void ApiServer::DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::functi
       if (!finished) return;
       d->step = nullptr;  // releases the turn and its Reply
       if (auto h = weak.lock()) h->SetNotify(nullptr);
-    });
+    }, http::Server::Lane::kEvents);
   });
 }
 

@@ -216,10 +216,13 @@ struct Server::Impl {
   std::optional<tcp::acceptor> acceptor;
   std::vector<std::thread> io_threads;
   std::unique_ptr<WorkerPool> workers;
+  std::unique_ptr<WorkerPool> quick;
+  std::unique_ptr<WorkerPool> events;
   struct RouteEntry {
     std::string method;
     std::regex pattern;
     Handler handler;
+    Server::Lane lane;
   };
   std::vector<RouteEntry> routes;
   Server* owner = nullptr;
@@ -356,12 +359,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Response res;
     if (srv_->owner->pre_routing && srv_->owner->pre_routing(*req, res)) return SendNow(std::move(res));
     const Handler* handler = nullptr;
+    Server::Lane lane = Server::Lane::kWork;
     for (const auto& r : srv_->routes) {
       const bool method_ok = r.method == req->method || (req->method == "HEAD" && r.method == "GET");
       std::smatch m;
       if (!method_ok || !std::regex_match(req->path, m, r.pattern)) continue;
       for (const auto& g : m) req->matches.push_back(g.str());
       handler = &r.handler;
+      lane = r.lane;
       break;
     }
     if (!handler) {
@@ -370,7 +375,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return SendNow(std::move(res));
     }
     // The handler runs on a worker: parsing and store queries never stall the sockets.
-    srv_->workers->Post([self = shared_from_this(), req, handler] {
+    srv_->owner->Post([self = shared_from_this(), req, handler] {
       Response res;
       std::weak_ptr<Connection> weak = self;
       Server::Impl* srv = self->srv_;
@@ -386,7 +391,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::string().swap(req->body);  // handlers copy what they keep: a long stream holds no body
       if (res.deferred()) return;      // the Reply answers
       net::post(self->stream_.get_executor(), [self, res = std::move(res)]() mutable { self->SendNow(std::move(res)); });
-    });
+    }, lane);
   }
 
   static std::shared_ptr<Reply> MakeReply(Server::Impl* srv, std::weak_ptr<Connection> conn,
@@ -686,8 +691,8 @@ Server::Server(const ServerLimits& limits) : impl_(std::make_unique<Impl>()) {
 
 Server::~Server() { Stop(); }
 
-void Server::Route(std::string method, const std::string& pattern, Handler h) {
-  impl_->routes.push_back({std::move(method), std::regex(pattern), std::move(h)});
+void Server::Route(std::string method, const std::string& pattern, Handler h, Lane lane) {
+  impl_->routes.push_back({std::move(method), std::regex(pattern), std::move(h), lane});
 }
 
 Status Server::Listen(const std::string& host, int port) {
@@ -710,6 +715,8 @@ Status Server::Listen(const std::string& host, int port) {
   if (ec) return MakeError("cannot bind %s:%d (%s)", host.c_str(), port, ec.message().c_str());
   port_ = a.local_endpoint().port();
   impl_->workers = std::make_unique<WorkerPool>(impl_->limits.workers);
+  impl_->quick = std::make_unique<WorkerPool>(impl_->limits.quick_workers);
+  impl_->events = std::make_unique<WorkerPool>(impl_->limits.quick_workers);
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->Accept();
   for (int i = 0; i < std::max(1, impl_->limits.io_threads); i++) {
@@ -745,6 +752,8 @@ void Server::Stop() {
   for (auto& t : impl_->io_threads) t.join();
   impl_->io_threads.clear();
   if (impl_->workers) impl_->workers->Shutdown();  // kept: turns still ending may Post (dropped)
+  if (impl_->quick) impl_->quick->Shutdown();
+  if (impl_->events) impl_->events->Shutdown();
 }
 
 void Server::Wait() {
@@ -757,8 +766,11 @@ int Server::connections() const {
   return static_cast<int>(impl_->conns.size());
 }
 
-void Server::Post(std::function<void()> fn) {
-  if (impl_->workers) impl_->workers->Post(std::move(fn));
+void Server::Post(std::function<void()> fn, Lane lane) {
+  WorkerPool* pool = lane == Lane::kQuick    ? impl_->quick.get()
+                     : lane == Lane::kEvents ? impl_->events.get()
+                                             : impl_->workers.get();
+  if (pool) pool->Post(std::move(fn));
 }
 
 }  // namespace mnemo::http

@@ -34,7 +34,8 @@ namespace mnemo::http {
 
 struct ServerLimits {
   int io_threads = 1;                // threads running the sockets (one is plenty below ~50k requests/s)
-  int workers = 16;                  // threads running handlers (JSON parsing, store queries)
+  int workers = 16;                  // threads running handlers (JSON parsing, store queries, turn starts)
+  int quick_workers = 2;             // threads of each of the kQuick and kEvents lanes
   int max_connections = 16384;       // open connections in total (the fd limit is raised to fit)
   int max_per_address = 1024;        // open connections from one client address
   double idle_s = 60;                // keep-alive: wait for the next request's first byte
@@ -122,8 +123,13 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // Which threads run a handler or a task: kWork, the worker pool (handlers that may wait on the
+  // engine: a turn's start waits for the engine's next step); kQuick, a pair of threads for answers
+  // that never wait on a turn (health, readiness, metrics), so that a burst of turn starts cannot
+  // hold them up; kEvents, a pair for turns' events (formatting, the commit at a turn's end).
+  enum class Lane { kWork, kQuick, kEvents };
   // Routes: a regex over the whole decoded path, tried in the order added.
-  void Route(std::string method, const std::string& pattern, Handler h);
+  void Route(std::string method, const std::string& pattern, Handler h, Lane lane = Lane::kWork);
   // Runs on the I/O thread before routing: may rewrite the request (ids) or answer it alone
   // (returns true: the response is sent as is, e.g. a CORS preflight).
   std::function<bool(Request&, Response&)> pre_routing;
@@ -143,8 +149,8 @@ class Server {
 
   // Open connections now (for tests and metrics).
   int connections() const;
-  // Runs fn on the worker pool (bounded threads, unbounded queue).
-  void Post(std::function<void()> fn);
+  // Runs fn on a lane's threads (bounded threads, unbounded queue).
+  void Post(std::function<void()> fn, Lane lane = Lane::kWork);
 
   struct Impl;
 
