@@ -323,14 +323,25 @@ int ApiServer::RetryAfterSeconds() const {
   return std::isfinite(over) ? std::clamp(static_cast<int>(std::ceil(over)), 1, 30) : 30;
 }
 
-std::optional<ApiError> ApiServer::AwaitAdmission(const StartedTurn& t, const std::string& owner) {
-  if (t.handle->AdmissionState() == TurnHandle::Admission::kAdmitted || t.handle->WaitAdmitted()) return std::nullopt;
-  const TurnResult r = t.handle->Wait();
-  metrics_.Turn(r);
-  service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // not completed: discarded
-  if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
-  return ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
-                  "unavailable"};
+ApiServer::StreamOpen ApiServer::OpenStream(const StartedTurn& t, const std::string& owner, http::Reply& reply,
+                                            bool* alive) {
+  const TurnHandle::Admission a = t.handle->AdmissionState();
+  if (a == TurnHandle::Admission::kWaiting) return StreamOpen::kLater;
+  if (a != TurnHandle::Admission::kAdmitted && !t.handle->WaitAdmitted()) {
+    const TurnResult r = t.handle->Wait();
+    metrics_.Turn(r);
+    service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // not completed: discarded
+    reply.Send(http::ErrorResponse(
+        r.finish_reason == FinishReason::kError
+            ? ToApiError(r.error)
+            : ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
+                       "unavailable"}));
+    return StreamOpen::kFailed;
+  }
+  http::Response head;
+  head.set_header("Content-Type", "text/event-stream");
+  *alive = reply.Begin(std::move(head));
+  return StreamOpen::kOpen;
 }
 
 ApiServer::http_json_t ApiServer::StatusJson() const {

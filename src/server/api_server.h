@@ -68,11 +68,13 @@ class ApiServer {
   // Seconds a refused client should wait before it retries (Retry-After): the time the queue,
   // draining at its measured rate with nothing new, takes to come back within the bound; 1 to 30.
   int RetryAfterSeconds() const;
-  // A stream commits to status 200 with its first byte, so it first waits for the engine to admit
-  // its turn: a turn ended before that (it waited past the bound, shutdown) is discarded and its
-  // error returned, to be sent with its real status.
-  // Call only once the turn's admission is decided (TurnHandle::AdmissionState is not kWaiting).
-  std::optional<ApiError> AwaitAdmission(const StartedTurn& t, const std::string& owner);
+  // A stream commits to status 200 with its first byte, so its head waits for the engine to admit
+  // its turn. kLater: not decided yet (call again on the turn's next news); kFailed: the turn ended
+  // before admission (it waited past the bound, shutdown), was discarded, and its error was sent
+  // with its real status; kOpen: the event-stream head was sent, *alive says whether the client
+  // still reads.
+  enum class StreamOpen { kLater, kFailed, kOpen };
+  StreamOpen OpenStream(const StartedTurn& t, const std::string& owner, http::Reply& reply, bool* alive);
   // Runs step on the worker pool whenever the turn has news (an event, its admission), one call at
   // a time, until step returns true. Nothing waits on the turn meanwhile.
   void DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::function<bool()> step);

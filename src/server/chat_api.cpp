@@ -226,15 +226,10 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     bool& alive = state->alive;
     auto& last = state->last;
     if (!state->head) {
-      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
-      if (auto e = AwaitAdmission(t, owner)) {
-        reply->Send(http::ErrorResponse(*e));
-        return true;
-      }
+      const StreamOpen open = OpenStream(t, owner, *reply, &alive);
+      if (open == StreamOpen::kLater) return false;
+      if (open == StreamOpen::kFailed) return true;
       state->head = true;
-      http::Response head;
-      head.set_header("Content-Type", "text/event-stream");
-      alive = reply->Begin(std::move(head));
       alive = alive && write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
       last = std::chrono::steady_clock::now();
     }
@@ -382,15 +377,10 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   DriveTurn(t.handle, [=, this]() -> bool {
     auto write = [&](const std::string& s) { return reply->Write(s); };
     if (!*head) {
-      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
-      if (auto e = AwaitAdmission(t, owner)) {
-        reply->Send(http::ErrorResponse(*e));
-        return true;
-      }
+      const StreamOpen open = OpenStream(t, owner, *reply, alive.get());
+      if (open == StreamOpen::kLater) return false;
+      if (open == StreamOpen::kFailed) return true;
       *head = true;
-      http::Response h;
-      h.set_header("Content-Type", "text/event-stream");
-      *alive = reply->Begin(std::move(h));
     }
     TurnEvent ev;
     while (t.handle->TryNext(&ev)) {

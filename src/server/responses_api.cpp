@@ -565,15 +565,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     };
     ToolHold& hold = *state->hold;
     if (!state->head) {
-      if (t.handle->AdmissionState() == TurnHandle::Admission::kWaiting) return false;
-      if (auto e = AwaitAdmission(t, owner)) {
-        reply->Send(http::ErrorResponse(*e));
-        return true;
-      }
+      const StreamOpen open = OpenStream(t, owner, *reply, &alive);
+      if (open == StreamOpen::kLater) return false;
+      if (open == StreamOpen::kFailed) return true;
       state->head = true;
-      http::Response head;
-      head.set_header("Content-Type", "text/event-stream");
-      alive = reply->Begin(std::move(head));
       Json pending = ResponseObject(sr, Json::parse(sr.request_json), Json::array(), nullptr);
       emit("response.created", {{"response", pending}});
       emit("response.in_progress", {{"response", pending}});
