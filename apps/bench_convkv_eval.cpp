@@ -113,6 +113,9 @@ struct Row {
   int n = 0, correct = 0, fact_kept = 0, correct_fact_kept = 0;
   double prefill = 0, selected = 0, probe = 0;  // sums of fractions
   std::vector<double> ttft_ms, scoring_ms_per_turn;
+  // Per conversation, in eval-set order: '1' answered right / fact turn kept, else '0'. [n] chars
+  // each; what paired statistics (scripts/convkv_stats.py) compare method against method.
+  std::string correct_bits, kept_bits;
 };
 
 struct RunOutcome {
@@ -250,6 +253,8 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
     const double n_full = std::max(1, full->prompt_tokens);
     Row& fr = rows[0];
     fr.n++, fr.correct += full->correct, fr.fact_kept++, fr.correct_fact_kept += full->correct;
+    fr.correct_bits += full->correct ? '1' : '0';
+    fr.kept_bits += '1';
     fr.prefill += full->computed / n_full;
     fr.selected += 1;
     fr.ttft_ms.push_back(full->ttft_ms);
@@ -275,6 +280,8 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
       const bool fact_kept = !o->context.applied || std::find(kept.begin(), kept.end(), fact_ctx_turn) != kept.end();
       if (c.verbose) std::fprintf(stderr, "      fact %s\n", fact_kept ? "kept" : "dropped");
       row.n++, row.correct += o->correct, row.fact_kept += fact_kept, row.correct_fact_kept += o->correct && fact_kept;
+      row.correct_bits += o->correct ? '1' : '0';
+      row.kept_bits += fact_kept ? '1' : '0';
       row.prefill += o->computed / n_full;
       row.selected += o->prompt_tokens / n_full;
       row.probe += o->context.probe_tokens / n_full;
@@ -300,7 +307,8 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
                      {"prefill_fraction", r.prefill / n}, {"selected_fraction", r.selected / n},
                      {"probe_fraction", r.probe / n},
                      {"ttft_ms_median", Median(r.ttft_ms)},
-                     {"scoring_ms_per_turn_median", Median(r.scoring_ms_per_turn)}});
+                     {"scoring_ms_per_turn_median", Median(r.scoring_ms_per_turn)},
+                     {"correct_per_conversation", r.correct_bits}, {"fact_kept_per_conversation", r.kept_bits}});
   }
   if (c.json) {
     Json j;
