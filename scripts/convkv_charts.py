@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Charts and tables for docs/benchmarks-convkv.md from `mnemo bench convkv --eval ... --json` runs.
 
-  /usr/bin/python3 scripts/convkv_charts.py RUN.json... --out docs/img [--table]
+  /usr/bin/python3 scripts/convkv_charts.py RUN.json... --out docs/img [--name convkv] [--label TEXT]
 
 Each RUN is one evaluation set (e.g. eval.jsonl and make-more sets by scripts/recall_evalset.py).
 Writes, standard library only:
-  convkv_accuracy_<mode>.svg  accuracy against budget per method (mean over the runs, error bars
+  <name>_accuracy_<mode>.svg  accuracy against budget per method (mean over the runs, error bars
                               from the lowest to the highest run), the full-context accuracy as a
                               dashed line; one chart per mode (exact, reuse)
 and prints a Markdown table: per method, budget and mode the mean over runs of accuracy, fact_kept,
@@ -31,14 +31,14 @@ def mean(v):
     return sum(v) / len(v)
 
 
-def chart(rows, mode, path):
+def chart(rows, mode, path, label=''):
     W, H, L, R, T, B = 560, 360, 60, 130, 30, 45
     budgets = sorted({k[1] for k in rows if k[0] != 'full'})
     xs = lambda b: L + (b - 0.2) / (0.8 - 0.2) * (W - L - R)
     ys = lambda a: T + (1 - a) * (H - T - B)
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
            '<rect width="100%" height="100%" fill="white"/>',
-           '<text x="%d" y="18" font-size="14">Answer accuracy against budget (%s mode)</text>' % (L, mode)]
+           '<text x="%d" y="18" font-size="14">Answer accuracy against budget (%s mode%s)</text>' % (L, mode, label)]
     for a in [0, 0.2, 0.4, 0.6, 0.8, 1.0]:
         out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (L, W - R, ys(a), ys(a)))
         out.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, ys(a) + 4, a))
@@ -76,12 +76,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('runs', nargs='+')
     ap.add_argument('--out', required=True)
+    ap.add_argument('--name', default='convkv', help='file name prefix of the charts')
+    ap.add_argument('--label', default='', help="added to the title, e.g. 'geometric fact distance'")
     a = ap.parse_args()
     runs, rows = load(a.runs)
     os.makedirs(a.out, exist_ok=True)
     for mode in ['exact', 'reuse']:
         if any(k[2] == mode and k[0] != 'full' for k in rows):
-            chart(rows, mode, os.path.join(a.out, 'convkv_accuracy_%s.svg' % mode))
+            chart(rows, mode, os.path.join(a.out, '%s_accuracy_%s.svg' % (a.name, mode)),
+                  ', ' + a.label if a.label else '')
     n = [r['conversations'] for r in runs]
     print('%d runs (%s conversations), keep_last %s, relevance %s\n' % (len(runs), '+'.join(map(str, n)), runs[0].get('keep_last'), runs[0].get('relevance')))
     print('| method | budget | mode | accuracy (mean) | range over runs | fact kept | prefill computed | selected | TTFT ms (median) | scoring ms/turn |')
