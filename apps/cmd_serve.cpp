@@ -1,5 +1,7 @@
 // mnemo serve: the OpenAI-compatible stateful HTTP server.
+#include <errno.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -18,6 +20,7 @@ struct ServeFlags {
   std::string model, tokenizer, db, model_name;
   ServerConfig server;
   double max_body_mb = 8;
+  double drain_s = 0;  // after SIGTERM/SIGINT: /ready fails this long before the server stops
   bool render_whole = false;
   ContextRequest context;
   RuntimeFlags runtime;
@@ -97,6 +100,18 @@ int RunServe(ServeFlags& f) {
                temp_db ? ", temporary" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
+  if (f.drain_s > 0) {
+    // Behind a front (deploy/haproxy.cfg): fail readiness first, so the health checks take this
+    // replica out while it still answers what reaches it; a second signal ends the wait.
+    server.BeginDrain();
+    spdlog::info("signal {}: draining for {} s (/ready answers 503; a second signal stops now)", sig, f.drain_s);
+    timespec ts{};
+    ts.tv_sec = static_cast<time_t>(f.drain_s);
+    ts.tv_nsec = static_cast<long>((f.drain_s - static_cast<double>(ts.tv_sec)) * 1e9);
+    siginfo_t info{};
+    while (sigtimedwait(&sigs, &info, &ts) < 0 && errno == EINTR) {
+    }
+  }
   spdlog::info("signal {}, shutting down", sig);
   server.Stop();
   service->reset();
@@ -132,6 +147,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--api-key", f->server.api_keys, "accepted API key (repeatable); none = no auth");
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
+  cmd->add_option("--drain-s", f->drain_s,
+                  "on SIGTERM/SIGINT, answer /ready with 503 for this long (while still serving) before "
+                  "stopping, so a front's health checks take the replica out first (deploy/haproxy.cfg: 1)")
+      ->check(CLI::Range(0.0, 3600.0));
   cmd->add_flag("--render-whole", f->render_whole,
                 "render every turn's whole conversation (no window fast path; for comparisons and tests)");
   cmd->add_option("--http-threads", f->server.http_threads,

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libdnnl-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libsqlite3-dev
           libboost1.81-dev libcpp-httplib-dev libssl-dev libpq-dev gnuplot-nox chromium
-          postgresql-15)  # postgresql-15: the server the store tests run the PostgreSQL backend on
+          postgresql-15 haproxy)  # postgresql-15, haproxy: the store and scale-out tests run them
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -167,13 +167,14 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     });
   }
   // Liveness (always 200 while the process serves) and readiness (503 with Retry-After while
-  // draining), both with the admission queue.
+  // draining: after BeginDrain or Stop), both with the admission queue.
   quick("/health", Wrap("/health", false, [this](const Req&, Res& res, const std::string&) {
     http::SendJson(res, StatusJson());
   }));
   quick("/ready", Wrap("/ready", false, [this](const Req&, Res& res, const std::string&) {
-    http::SendJson(res, StatusJson(), draining_ ? 503 : 200);
-    if (draining_) res.set_header("Retry-After", "1");
+    const bool ready = !draining_ && !unready_;
+    http::SendJson(res, StatusJson(), ready ? 200 : 503);
+    if (!ready) res.set_header("Retry-After", "1");
   }));
   quick("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
     res.set_content(metrics_.Render(service_.engine().Stats(), service_.engine().Queue()), "text/plain; version=0.0.4");
@@ -351,7 +352,7 @@ ApiServer::http_json_t ApiServer::StatusJson() const {
                 {"estimated_wait_ms", std::isfinite(q.estimated_wait_s) ? Json(std::lround(q.estimated_wait_s * 1000)) : Json(nullptr)},
                 {"max_queue_ms", std::lround(q.max_queue_s * 1000)},
                 {"drain_rate_per_s", q.drain_rate >= 0 ? Json(q.drain_rate) : Json(nullptr)}};
-  return {{"status", draining_ ? "draining" : "ok"}, {"queue", queue}};
+  return {{"status", draining_ || unready_ ? "draining" : "ok"}, {"queue", queue}};
 }
 
 Status ApiServer::Start() {

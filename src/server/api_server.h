@@ -48,6 +48,9 @@ class ApiServer {
   // Stops accepting and waits for the listener to end; requests still arriving on open
   // connections meanwhile (draining) are answered 503 with Retry-After.
   void Stop();
+  // Starts a drain before Stop: /ready answers 503 (a front's health checks take the replica out
+  // of rotation) while requests, turns included, are still served. Any thread.
+  void BeginDrain() { unready_ = true; }
   // Blocks until Stop (from another thread or a signal handler's flag).
   void Wait();
   int port() const { return port_; }
@@ -100,6 +103,7 @@ class ApiServer {
   std::vector<std::string> key_hashes_;  // owners of the configured keys
   std::unique_ptr<http::Server> http_;
   std::atomic<bool> draining_{false};      // Stop was called: new turns get 503
+  std::atomic<bool> unready_{false};       // BeginDrain was called: /ready answers 503
   int port_ = 0;
 };
 
