@@ -77,16 +77,24 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     if (store->shared()) engine.SetSessionIdSource([store]() -> Result<SessionId> { return store->NewSessionId(); });
     if (config.token_identity != 0) {
       const auto identity = static_cast<int64_t>(config.token_identity);
-      auto stored = store->TokenIdentity();
-      if (!stored.ok()) return stored.error();
-      if (stored->has_value() && **stored != identity) {
+      auto claim = store->ClaimTokenIdentity(identity);
+      if (!claim.ok()) return claim.error();
+      if (*claim == Store::IdentityClaim::kHeldByOther && store->shared()) {
+        // Other replicas may be serving those sessions right now: never delete or rewrite them.
+        return MakeError(StatusCode::kFailedPrecondition,
+                         "the shared store %s holds sessions made with another vocabulary or chat template "
+                         "(another model): a replica must serve the model of its store's sessions; give this "
+                         "model its own database",
+                         store->path().c_str());
+      }
+      if (*claim == Store::IdentityClaim::kHeldByOther) {  // one process restarted on another model
         auto n = store->DeleteAllSessions();
         if (!n.ok()) return n.error();
         spdlog::warn("the store's {} sessions were made with another vocabulary or chat template (another model): "
                      "deleted, not restored; their responses and conversations continue from their text",
                      *n);
+        MNEMO_TRY(store->SetTokenIdentity(identity));
       }
-      if (!stored->has_value() || **stored != identity) MNEMO_TRY(store->SetTokenIdentity(identity));
     }
     std::vector<int64_t> invalid;  // sessions holding ids outside the vocabulary (a damaged store)
     Status st = store->ForEachSession([&](StoredSession&& ss) -> Status {

@@ -119,7 +119,8 @@ struct ServiceConfig {
   // Stored sessions made under another identity (the server restarted on another model with the
   // same --db) are deleted at start instead of restored: their token logs would be another
   // vocabulary's ids, and their KV another model's. Responses and conversations stay and continue
-  // from their text.
+  // from their text. On a shared store (PostgreSQL) other replicas may be serving those sessions:
+  // Create then fails (kFailedPrecondition) and changes nothing.
   uint64_t token_identity = 0;
   bool render_windows = true;      // fast paths that render a window (turn_window.h), when the template allows
   // Model-internal relevance (context_relevance "hidden" / "attention", through Engine::Probe):

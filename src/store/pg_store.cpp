@@ -21,6 +21,8 @@ long long LL(int64_t v) { return static_cast<long long>(v); }
 
 // pg_advisory_xact_lock key ("mnem"): replicas starting together migrate one at a time.
 constexpr int64_t kMigrationLock = 0x6d6e656d;
+// pg_advisory_xact_lock key ("mnid"): ClaimTokenIdentity's check and write are one decision.
+constexpr int64_t kIdentityLock = 0x6d6e6964;
 
 // The schema at Store::kSchemaVersion, as SQLite's migrations leave it (types are PostgreSQL's:
 // bigint positions and ids, bytea token logs of little-endian int32, double precision seconds).
@@ -431,6 +433,47 @@ Result<int64_t> PgStore::DeleteAllSessions() {
   });
   if (!st.ok()) return st.error();
   return n;
+}
+
+Result<bool> PgStore::HasSessions() {
+  bool any = false;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    auto r = c.QueryInt("SELECT count(*) FROM (SELECT 1 FROM sessions LIMIT 1) AS s");
+    if (!r) return r.error();
+    any = r->value_or(0) > 0;
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return any;
+}
+
+Result<Store::IdentityClaim> PgStore::ClaimTokenIdentity(int64_t identity) {
+  IdentityClaim claim = IdentityClaim::kSame;
+  Status st = WriteTx([&](Conn& c) -> Status {
+    // One claimant at a time: the check and the write below are one decision.
+    MNEMO_TRY(c.Run("SELECT pg_advisory_xact_lock($1)", {kIdentityLock}));
+    auto current = c.QueryInt("SELECT value FROM mnemo_meta WHERE key='token_identity'");
+    if (!current) return current.error();
+    if (*current && **current == identity) {
+      claim = IdentityClaim::kSame;
+      return {};
+    }
+    if (*current) {
+      auto any = c.QueryInt("SELECT count(*) FROM (SELECT 1 FROM sessions LIMIT 1) AS s");
+      if (!any) return any.error();
+      if (any->value_or(0) > 0) {
+        claim = IdentityClaim::kHeldByOther;
+        return {};
+      }
+    }
+    claim = IdentityClaim::kClaimed;
+    return c.Run(
+        "INSERT INTO mnemo_meta(key, value) VALUES('token_identity', $1) "
+        "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+        {identity});
+  });
+  if (!st.ok()) return st.error();
+  return claim;
 }
 
 // ---- the durable end of a turn ----

@@ -281,6 +281,13 @@ Status SqliteStore::SetTokenIdentity(int64_t identity) {
   return st->Bind(1, identity).Run();
 }
 
+Result<bool> SqliteStore::HasSessions() {
+  std::lock_guard lock(read_mu_);
+  auto v = reader_->QueryInt("SELECT EXISTS(SELECT 1 FROM sessions)");
+  if (!v) return v.error();
+  return v->value_or(0) != 0;
+}
+
 Result<int64_t> SqliteStore::DeleteAllSessions() {
   std::lock_guard lock(write_mu_);
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);

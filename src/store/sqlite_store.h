@@ -44,6 +44,7 @@ class SqliteStore final : public Store {
   Result<std::optional<int64_t>> TokenIdentity() override;
   Status SetTokenIdentity(int64_t identity) override;
   Result<int64_t> DeleteAllSessions() override;
+  Result<bool> HasSessions() override;
   Result<std::vector<std::string>> CommitTurn(const TurnCommit& c) override;
   Status PutResponse(const StoredResponse& r) override;
   Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner) override;

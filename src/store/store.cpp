@@ -32,6 +32,19 @@ Result<int64_t> Store::NewSessionId() {
                    path_.c_str());
 }
 
+Result<Store::IdentityClaim> Store::ClaimTokenIdentity(int64_t identity) {
+  auto current = TokenIdentity();
+  if (!current.ok()) return current.error();
+  if (*current && **current == identity) return IdentityClaim::kSame;
+  if (*current) {
+    auto any = HasSessions();
+    if (!any.ok()) return any.error();
+    if (*any) return IdentityClaim::kHeldByOther;
+  }
+  MNEMO_TRY(SetTokenIdentity(identity));
+  return IdentityClaim::kClaimed;
+}
+
 Result<std::vector<StoredSession>> Store::LoadSessions() {
   std::vector<StoredSession> all;
   Status st = ForEachSession([&](StoredSession&& s) {

@@ -238,6 +238,21 @@ class Store {
   virtual Status SetTokenIdentity(int64_t identity) = 0;
   // Deletes every session (as DeleteSession does each); returns how many there were.
   virtual Result<int64_t> DeleteAllSessions() = 0;
+  // Whether any session is stored. Cost: one index probe.
+  virtual Result<bool> HasSessions() = 0;
+  // What ClaimTokenIdentity found.
+  enum class IdentityClaim {
+    kSame,         // the store already had this identity
+    kClaimed,      // it had none, or another with no session stored: now it has this one
+    kHeldByOther,  // another identity, with sessions stored: nothing changed
+  };
+  // Makes `identity` the store's token identity unless sessions made under another identity are
+  // stored (TokenIdentity). A replica on a shared store must never delete or rewrite another
+  // model's sessions: kHeldByOther tells it to stop. PostgreSQL checks and writes in one
+  // transaction under an advisory lock, so replicas of two models starting together on an empty
+  // store cannot both claim it. (This default: TokenIdentity, HasSessions, SetTokenIdentity, for
+  // a store with one writer process.)
+  virtual Result<IdentityClaim> ClaimTokenIdentity(int64_t identity);
 
   // ---- the durable end of a turn ----
   // Applies c in one transaction: optional session creation, optional truncation, the turn's

@@ -6,9 +6,14 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <libpq-fe.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+
+#include "format/make_model.h"
 
 #include "../store/pg_server.h"
 #include "server_process.h"
@@ -155,6 +160,57 @@ TEST_F(Replicas, ConversationStartedOnOneContinuesOnTheOther) {
     EXPECT_EQ(texts[4], "And then?");
     EXPECT_EQ(texts[5], Text(r3));
   }
+}
+
+// A single integer from the database (the test reads the store from outside).
+int64_t PgInt(const std::string& url, const std::string& sql) {
+  PGconn* c = PQconnectdb(url.c_str());
+  int64_t v = -1;
+  if (PQstatus(c) == CONNECTION_OK) {
+    PGresult* r = PQexec(c, sql.c_str());
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) v = std::stoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+  }
+  PQfinish(c);
+  return v;
+}
+
+// A replica started on another model (another vocabulary or chat template) against the shared store must not touch
+// the sessions the running replicas serve: it refuses to start, and they are all still there.
+TEST_F(Replicas, ReplicaOfAnotherModelLeavesTheSessionsAlone) {
+  Replica a(db_);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  Json r1 = a.Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  const int64_t sessions = PgInt(db_, "SELECT count(*) FROM sessions");
+  const int64_t tokens = PgInt(db_, "SELECT coalesce(sum(n_tokens), 0) FROM sessions");
+  const int64_t identity = PgInt(db_, "SELECT value FROM mnemo_meta WHERE key='token_identity'");
+  ASSERT_GT(sessions, 0);
+
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("mnemo-other-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  MakeModelOptions o;
+  o.preset = "tiny";
+  o.seed = 5;
+  o.dtype = DType::F32;
+  // The same vocabulary with another chat template: token logs that mean other text.
+  o.vocab_path = std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf";
+  o.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ";
+  o.output_path = (dir / "other.gguf").string();
+  ASSERT_TRUE(MakeModel(o).ok());
+  {
+    ServerProcess other({"--db", db_}, o.output_path);
+    EXPECT_EQ(other.port(), 0) << "a replica of another model started on the shared store";
+    EXPECT_NE(other.log().find("another vocabulary or chat template"), std::string::npos) << other.log();
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(PgInt(db_, "SELECT count(*) FROM sessions"), sessions);
+  EXPECT_EQ(PgInt(db_, "SELECT coalesce(sum(n_tokens), 0) FROM sessions"), tokens);
+  EXPECT_EQ(PgInt(db_, "SELECT value FROM mnemo_meta WHERE key='token_identity'"), identity);
+  // And the conversation continues on the replica of the store's model.
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  EXPECT_TRUE(a.Post("/v1/responses", t2).is_object());
 }
 
 // The database refusing connections (a restart, an outage): requests that need it get a 503 in

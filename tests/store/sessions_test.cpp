@@ -180,6 +180,45 @@ TEST_P(StoreSessions, DeleteKeepsTheIdHighWaterMark) {
   EXPECT_EQ((*all)[0].id, 5);
 }
 
+// A store's token identity is claimed once; another identity may take it over only when no
+// session made under the first is stored (a replica of another model must never delete them).
+TEST_P(StoreSessions, TokenIdentityIsNotTakenWhileItsSessionsExist) {
+  auto store = MustOpen(Spec("s.db"));
+  ASSERT_TRUE(store);
+  using Claim = Store::IdentityClaim;
+  auto c = store->ClaimTokenIdentity(11);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, Claim::kClaimed);
+  c = store->ClaimTokenIdentity(11);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, Claim::kSame);
+  ASSERT_TRUE(store->CreateSession(3, "").ok());
+  ASSERT_TRUE(store->AppendTurn(3, 0, 1, Range(0, 4), true).ok());
+  auto any = store->HasSessions();
+  ASSERT_TRUE(any.ok());
+  EXPECT_TRUE(*any);
+  c = store->ClaimTokenIdentity(22);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, Claim::kHeldByOther);
+  auto id = store->TokenIdentity();
+  ASSERT_TRUE(id.ok() && id->has_value());
+  EXPECT_EQ(**id, 11);
+  auto s = store->LoadSession(3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->tokens, Range(0, 4));
+  // Once its sessions are gone the store may change hands.
+  ASSERT_TRUE(store->DeleteSession(3).ok());
+  any = store->HasSessions();
+  ASSERT_TRUE(any.ok());
+  EXPECT_FALSE(*any);
+  c = store->ClaimTokenIdentity(22);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, Claim::kClaimed);
+  id = store->TokenIdentity();
+  ASSERT_TRUE(id.ok() && id->has_value());
+  EXPECT_EQ(**id, 22);
+}
+
 TEST_P(StoreSessions, ReopenKeepsEverything) {
   const std::string path = Spec("s.db");
   Rng rng(3);
