@@ -88,6 +88,7 @@ Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tok
     it->second.composing++;
     Session& d = sessions_[c->dst];
     d.id = c->dst;
+    MarkLive(c->dst, true);
     d.tokens = std::move(tokens);
     d.turns.push_back(Turn{0, n, n});
     d.created = d.last_active = Now();
@@ -122,6 +123,7 @@ void Engine::EndComposition(Composition& c, Result<SessionId> r) {
     if (c.phase == Composition::Phase::kCopying) cache_->Release(c.dst, 0, Now());
     cache_->RemoveSession(c.dst);
     sessions_.erase(c.dst);
+    MarkLive(c.dst, false);
     spdlog::debug("session {}: composition failed: {}", c.src, r.error().message);
   }
   s.composing--;

@@ -268,8 +268,31 @@ SessionId Engine::CreateSession() {
     s.id = id;
     s.created = s.last_active = Now();
     cache_->AddSession(id, s.last_active);
+    MarkLive(id, true);
   });
   return id;
+}
+
+Result<SessionId> Engine::NewSessionId() {
+  auto minted = MintSessionId();
+  if (!minted.ok()) return minted.error();
+  if (minted->has_value()) return **minted;
+  return next_session_++;
+}
+
+void Engine::RaiseNextSessionId(SessionId n) {
+  SessionId cur = next_session_.load();
+  while (cur < n && !next_session_.compare_exchange_weak(cur, n)) {
+  }
+}
+
+void Engine::MarkLive(SessionId id, bool live) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (live) {
+    live_.insert(id);
+  } else {
+    live_.erase(id);
+  }
 }
 
 Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::vector<Turn> turns) {
@@ -289,8 +312,9 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
     s.tokens = std::move(tokens);
     s.turns = std::move(turns);
     s.created = s.last_active = Now();
-    next_session_ = std::max(next_session_, id + 1);
+    RaiseNextSessionId(id + 1);
     cache_->AddSession(id, s.last_active);
+    MarkLive(id, true);
     RestoreFromDisk(s);
     // Positions no disk chunk covers are rebuilt from the raw tokens (counted as recomputed).
     cache_->RestoreLength(id, std::max(0, static_cast<int>(s.tokens.size()) - 1));
@@ -299,7 +323,7 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
 }
 
 void Engine::SetNextSessionId(SessionId n) {
-  Call([&] { next_session_ = std::max(next_session_, n); });
+  RaiseNextSessionId(n);
 }
 
 Status Engine::DeleteSession(SessionId id) {
@@ -314,9 +338,26 @@ Status Engine::DeleteSession(SessionId id) {
     } else {
       cache_->RemoveSession(id);
       sessions_.erase(it);
+      MarkLive(id, false);
     }
   });
   return st;
+}
+
+void Engine::DiscardSession(SessionId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  commands_.push_back([this, id] {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.busy || it->second.composing) {
+      spdlog::debug("session {}: not discarded ({})", id, it == sessions_.end() ? "unknown" : "busy");
+      return;
+    }
+    cache_->RemoveSession(id);
+    sessions_.erase(it);
+    MarkLive(id, false);
+  });
+  cv_.notify_all();
 }
 
 Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
@@ -341,6 +382,7 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
     SessionId nid = minted->has_value() ? **minted : next_session_++;
     Session& dst = sessions_[nid];
     dst.id = nid;
+    MarkLive(nid, true);
     dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n_tokens);
     for (const Turn& t : src.turns) {
       if (t.end <= n_tokens) dst.turns.push_back(t);
@@ -421,9 +463,8 @@ Result<SessionInfo> Engine::GetSession(SessionId id) {
 }
 
 bool Engine::HasSession(SessionId id) {
-  bool has = false;
-  Call([&] { has = sessions_.count(id) > 0; });
-  return has;
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(id) > 0;
 }
 
 std::vector<SessionId> Engine::TakeExpired() {
@@ -490,7 +531,9 @@ void Engine::PublishQueue() {
   wait_.Publish(static_cast<int>(waiting_.size()), static_cast<int>(running_.size()) >= config_.max_running, oldest);
 }
 
-Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
+namespace {
+// What Submit checks on the caller's thread.
+Status CheckRequest(const TurnRequest& req, int n_vocab) {
   for (Status st : {req.sampling.Validate(), StopMatcher::Validate(req.stop)}) {
     if (!st.ok()) return Error{st.error().message, StatusCode::kInvalidArgument};
   }
@@ -498,65 +541,126 @@ Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
     return MakeError(StatusCode::kInvalidArgument, "max_tokens and min_tokens must be >= 0");
   }
   for (int32_t id : req.append) {
-    if (id < 0 || id >= tok_.n_vocab()) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary", id);
+    if (id < 0 || id >= n_vocab) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary", id);
   }
-  Result<std::shared_ptr<TurnHandle>> out = Stopped();
-  Call([&] {
-    // Load first: a refused turn costs nothing more. The queue here is exact (engine thread).
-    if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
-      out = MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting_.size());
-      return;
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::shared_ptr<TurnHandle>> Engine::Submit(TurnRequest req) {
+  MNEMO_TRY(CheckRequest(req, tok_.n_vocab()));
+  auto handle = std::make_shared<TurnHandle>();
+  Status st = Stopped();
+  const double submitted = Now();
+  Call([&] { st = Admit(std::move(req), handle, submitted); });
+  if (!st.ok()) return st.error();
+  return handle;
+}
+
+Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_session) {
+  MNEMO_TRY(CheckRequest(req, tok_.n_vocab()));
+  auto handle = std::make_shared<TurnHandle>();
+  const double submitted = Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Stopped();
+    const SessionId id = req.session;
+    if (!new_session) {
+      if (!live_.count(id)) return MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
+      queued_[id]++;  // ExpireSessions leaves it alone until the command below ran
     }
-    if (config_.max_queue_s > 0) {
-      const double wait = wait_.Estimate(Now());
-      if (wait > config_.max_queue_s) {
-        out = MakeError(StatusCode::kResourceExhausted, "the turn would wait about %.1f s for admission (the bound is %.1f s)",
-                        wait, config_.max_queue_s);
-        return;
+    commands_.push_back([this, req = std::move(req), handle, new_session, submitted]() mutable {
+      const SessionId id = req.session;
+      if (!new_session) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--queued_[id] == 0) queued_.erase(id);
       }
+      Status st = Status::Ok();
+      if (new_session) {
+        // The load checks first: a refused turn leaves no session behind.
+        st = LoadAllows();
+        if (st.ok() && sessions_.count(id)) {
+          st = MakeError(StatusCode::kAlreadyExists, "session %lld already exists", static_cast<long long>(id));
+        }
+        if (st.ok()) {
+          Session& s = sessions_[id];
+          s.id = id;
+          s.created = s.last_active = Now();
+          cache_->AddSession(id, s.last_active);
+          MarkLive(id, true);
+        }
+      }
+      if (st.ok()) st = Admit(std::move(req), handle, submitted);
+      if (!st.ok()) {
+        if (new_session && sessions_.count(id) && !sessions_.at(id).busy) {
+          cache_->RemoveSession(id);
+          sessions_.erase(id);
+          MarkLive(id, false);
+        }
+        TurnEvent ev;
+        ev.kind = TurnEvent::kDone;
+        ev.result.finish_reason = FinishReason::kError;
+        ev.result.error = st.error();
+        ev.result.queue_seconds = Now() - submitted;
+        ev.result.total_seconds = ev.result.queue_seconds;
+        handle->Push(std::move(ev));
+      }
+    });
+    cv_.notify_all();
+  }
+  return handle;
+}
+
+Status Engine::LoadAllows() const {
+  if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
+    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting_.size());
+  }
+  if (config_.max_queue_s > 0) {
+    const double wait = wait_.Estimate(Now());
+    if (wait > config_.max_queue_s) {
+      return MakeError(StatusCode::kResourceExhausted, "the turn would wait about %.1f s for admission (the bound is %.1f s)",
+                       wait, config_.max_queue_s);
     }
-    auto it = sessions_.find(req.session);
-    if (it == sessions_.end()) {
-      out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(req.session));
-      return;
-    }
-    Session& s = it->second;
-    if (s.busy) {
-      out = MakeError(StatusCode::kFailedPrecondition, "session %lld already has a turn in progress", static_cast<long long>(s.id));
-      return;
-    }
-    const size_t total = s.tokens.size() + req.append.size();
-    if (total == 0) {
-      out = MakeError(StatusCode::kInvalidArgument, "the turn has no tokens");
-      return;
-    }
-    if (total >= static_cast<size_t>(max_context_)) {
-      out = MakeError(StatusCode::kOutOfRange, "the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
-      return;
-    }
-    if (req.grammar && req.grammar->index().n_vocab() != tok_.n_vocab()) {
-      out = MakeError(StatusCode::kInvalidArgument, "the grammar was built for another vocabulary (%d tokens, not %d)",
-                      req.grammar->index().n_vocab(), tok_.n_vocab());
-      return;
-    }
-    auto r = std::make_unique<Running>();
-    if (req.grammar) r->matcher.emplace(req.grammar);
-    r->session = &s;
-    r->seq = s.tokens;
-    r->seq.insert(r->seq.end(), req.append.begin(), req.append.end());
-    r->prompt_len = static_cast<int>(r->seq.size());
-    r->sampler.emplace(req.sampling, model_.config().vocab_size);
-    r->decoder.emplace(tok_, r->seq.back());
-    r->stop.emplace(req.stop);
-    r->req = std::move(req);
-    r->handle = std::make_shared<TurnHandle>();
-    r->submitted = r->queued_at = Now();
-    out = r->handle;
-    s.busy = true;
-    waiting_.push_back(std::move(r));
-    PublishQueue();
-  });
-  return out;
+  }
+  return Status::Ok();
+}
+
+Status Engine::Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted) {
+  // Load first: a refused turn costs nothing more. The queue here is exact (engine thread).
+  MNEMO_TRY(LoadAllows());
+  auto it = sessions_.find(req.session);
+  if (it == sessions_.end()) {
+    return MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(req.session));
+  }
+  Session& s = it->second;
+  if (s.busy) {
+    return MakeError(StatusCode::kFailedPrecondition, "session %lld already has a turn in progress", static_cast<long long>(s.id));
+  }
+  const size_t total = s.tokens.size() + req.append.size();
+  if (total == 0) return MakeError(StatusCode::kInvalidArgument, "the turn has no tokens");
+  if (total >= static_cast<size_t>(max_context_)) {
+    return MakeError(StatusCode::kOutOfRange, "the context would hold %zu tokens; the maximum is %d", total, max_context_ - 1);
+  }
+  if (req.grammar && req.grammar->index().n_vocab() != tok_.n_vocab()) {
+    return MakeError(StatusCode::kInvalidArgument, "the grammar was built for another vocabulary (%d tokens, not %d)",
+                     req.grammar->index().n_vocab(), tok_.n_vocab());
+  }
+  auto r = std::make_unique<Running>();
+  if (req.grammar) r->matcher.emplace(req.grammar);
+  r->session = &s;
+  r->seq = s.tokens;
+  r->seq.insert(r->seq.end(), req.append.begin(), req.append.end());
+  r->prompt_len = static_cast<int>(r->seq.size());
+  r->sampler.emplace(req.sampling, model_.config().vocab_size);
+  r->decoder.emplace(tok_, r->seq.back());
+  r->stop.emplace(req.stop);
+  r->req = std::move(req);
+  r->handle = handle;
+  r->submitted = r->queued_at = submitted;
+  s.busy = true;
+  waiting_.push_back(std::move(r));
+  PublishQueue();
+  return Status::Ok();
 }
 
 }  // namespace mnemo

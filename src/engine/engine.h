@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/status.h"
@@ -190,6 +191,22 @@ class Engine {
   // session), kFailedPrecondition (busy session), kInvalidArgument (sampling, token ids),
   // kOutOfRange (context too long), kResourceExhausted (queue full: retry later), kUnavailable.
   Result<std::shared_ptr<TurnHandle>> Submit(TurnRequest req);
+  // Submit without waiting for the engine thread (which answers a call only between steps: the
+  // HTTP server's turn starts would hold a worker for a step each). Returns the turn's handle at
+  // once. Checked here, on the caller's thread: the request's own fields (as Submit), that the
+  // engine runs (kUnavailable) and, unless new_session, that the session exists (kNotFound): from
+  // then on expiry leaves it alone until the turn is queued. What only the engine thread knows
+  // (queue full or the wait bound: kResourceExhausted; a busy session; the context length) ends
+  // the turn before admission instead: its kDone has FinishReason::kError and the error Submit
+  // would have returned, and AdmissionState is kEndedBefore.
+  // new_session: the turn's command first creates session req.session (an id from NewSessionId);
+  // a turn refused there leaves no session behind.
+  Result<std::shared_ptr<TurnHandle>> Enqueue(TurnRequest req, bool new_session);
+  // A fresh session id for Enqueue, on the caller's thread (the id source, or the engine's counter).
+  Result<SessionId> NewSessionId();
+  // DeleteSession without waiting for the answer: nothing happens when the session is unknown or
+  // busy by the time the engine runs it (logged at debug).
+  void DiscardSession(SessionId id);
 
   EngineStats Stats();
 
@@ -258,11 +275,19 @@ class Engine {
   std::unique_ptr<CacheManager> cache_;
   std::unique_ptr<TransferEngine> transfer_;
   std::unordered_map<SessionId, Session> sessions_;
-  SessionId next_session_ = 1;
+  std::atomic<SessionId> next_session_{1};  // taken by any thread (NewSessionId), raised by restores
   std::function<Result<SessionId>()> id_source_;  // see SetSessionIdSource; empty: next_session_
   // A fresh id from id_source_, on the caller's thread; nullopt without a source (the engine
   // thread then takes next_session_++).
   Result<std::optional<SessionId>> MintSessionId();
+  // next_session_ = max(next_session_, n).
+  void RaiseNextSessionId(SessionId n);
+  // The queue's room and the wait bound, exactly (engine thread): kResourceExhausted or Ok.
+  Status LoadAllows() const;
+  // Submit's decision on the engine thread: queues the turn on `handle` or says why not.
+  Status Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted);
+  // sessions_ gained or lost id (engine thread): kept in live_ for the callers' threads.
+  void MarkLive(SessionId id, bool live);
   std::deque<std::unique_ptr<Running>> waiting_;
   std::vector<std::unique_ptr<Running>> running_;
   std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first
@@ -287,6 +312,8 @@ class Engine {
   bool transfers_done_ = false;     // a tier copy finished since the engine thread last looked
   bool closed_ = false;  // the engine thread ran its last commands: Call refuses
   std::vector<SessionId> expired_;  // deleted by ExpireSessions, not yet taken
+  std::unordered_set<SessionId> live_;  // sessions_' ids, for HasSession and Enqueue without a call
+  std::unordered_map<SessionId, int> queued_;  // sessions with an Enqueue'd turn not yet run: not expired
   double start_;
   std::thread thread_;
 };

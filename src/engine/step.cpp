@@ -475,13 +475,16 @@ void Engine::ExpireSessions(double now) {
   for (const auto& [last, id] : idle) {
     bool expired = config_.session_ttl_s > 0 && now - last > config_.session_ttl_s;
     if (!expired && over == 0) break;
+    {
+      // A turn Enqueue'd on it is on its way (its caller saw it live): it stays.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queued_.count(id)) continue;
+      expired_.push_back(id);
+      live_.erase(id);
+    }
     spdlog::debug("session {} expired ({})", id, expired ? "idle past --session-ttl" : "over --max-sessions");
     cache_->RemoveSession(id);
     sessions_.erase(id);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      expired_.push_back(id);
-    }
     if (over > 0) over--;
   }
 }

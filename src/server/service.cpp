@@ -368,8 +368,13 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   }
   for (int attempt = 0;; attempt++) {
     if (plan == Plan::kNew) {
-      id = engine_.CreateSession();
-      if (id < 0) return ToApiError(MakeError(StatusCode::kUnavailable, "no session can be created now"));
+      // Made by the turn's own engine command (Enqueue): no wait for the engine here.
+      auto nid = engine_.NewSessionId();
+      if (!nid.ok()) {
+        spdlog::error("no id for a new session: {}", nid.error().message);
+        return ToApiError(MakeError(StatusCode::kUnavailable, "no session can be created now"));
+      }
+      id = *nid;
       st.new_session = true;
     }
     if (plan == Plan::kContinue || plan == Plan::kTruncate) id = target;
@@ -400,17 +405,22 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     spec.request.session = id;
     spec.request.append.assign(tokens.begin() + static_cast<std::ptrdiff_t>(lcp), tokens.end());
     spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
-    auto h = engine_.Submit(spec.request);
+    // Queued without waiting for the engine: a refusal for load (or anything else the engine
+    // thread decides) arrives as the turn's kDone before admission, and Commit discards it.
+    auto h = engine_.Enqueue(spec.request, plan == Plan::kNew);
     if (h.ok()) {
       st.handle = *h;
       return st;
     }
-    if (attempt == 0 && plan != Plan::kNew && gone(id)) {
+    if (attempt == 0 && plan != Plan::kNew && h.error().code == StatusCode::kNotFound) {  // expired meanwhile
       start_afresh(id);
       continue;
     }
     const Error& err = h.error();
-    if (st.new_session || st.fork_of) {
+    if (st.new_session) {  // never reached the engine
+      std::lock_guard<std::mutex> lock(mu_);
+      ForgetLocked(id);
+    } else if (st.fork_of) {
       // The session was made for this turn and the store has never seen it: forget it, here and
       // in the engine. Left idle in the mirror, a later request sharing its prefix continued it as
       // a stored session and its commit failed ("unknown session", issue 13: refused turns under
@@ -419,8 +429,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
         std::lock_guard<std::mutex> lock(mu_);
         ForgetLocked(id);
       }
-      Status d = engine_.DeleteSession(id);
-      if (!d.ok()) spdlog::warn("session {}: discarding a session whose turn was refused failed: {}", id, d.error().message);
+      engine_.DiscardSession(id);
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_[id].busy = false;
@@ -453,7 +462,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
       Status f = store_->ForkSession(*t.fork_of, t.session, t.fork_at, owner);
       if (!f.ok()) {
         spdlog::error("session {}: storing the fork of session {} failed: {}", t.session, *t.fork_of, f.error().message);
-        return ToApiError(f.error(), "could not store the turn: ");
+        return StoreError(f.error(), "could not store the turn: ");
       }
     }
     TurnCommit c;
@@ -486,7 +495,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
       }
       Status d = engine_.DeleteSession(t.session);
       if (!d.ok()) spdlog::warn("session {}: dropping the local copy failed: {}", t.session, d.error().message);
-      return ToApiError(ids.error(), "could not store the turn: ");
+      return StoreError(ids.error(), "could not store the turn: ");
     }
     item_ids = std::move(ids.value());
   }
@@ -521,8 +530,9 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
     if (!e.key.empty()) keys_.erase(e.owner + '\n' + e.key);
     sessions_.erase(t.session);
     index_.Remove(t.session);
-    Status d = engine_.DeleteSession(t.session);
-    if (!d.ok()) spdlog::warn("session {}: discarding an uncommitted session failed: {}", t.session, d.error().message);
+    // Without waiting (this runs on the events lane, and under overload for every refused turn);
+    // a new session whose turn the engine refused was never made, and this does nothing.
+    engine_.DiscardSession(t.session);
     return item_ids;
   }
   IndexLocked(t.session, kept);

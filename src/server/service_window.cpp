@@ -152,12 +152,12 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   spec.request.session = source;
   spec.request.append = std::move(turn->tokens);
   spec.request.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
-  auto h = engine_.Submit(spec.request);
+  auto h = engine_.Enqueue(spec.request, /*new_session=*/false);  // refusals arrive as its kDone
   if (h.ok()) {
     st.handle = *h;
     return ApiResult<StartedTurn>(std::move(st));
   }
-  if (!engine_.HasSession(source)) return fall_back();
+  if (h.error().code == StatusCode::kNotFound) return fall_back();
   std::lock_guard<std::mutex> lock(mu_);
   sessions_[source].busy = false;
   IndexLocked(source, sessions_[source].tokens.size());

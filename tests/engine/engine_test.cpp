@@ -326,6 +326,54 @@ TEST(Engine, TheQueueIsBoundedInLengthAndInWait) {
   EXPECT_TRUE(again.admitted);
 }
 
+// Enqueue hands back the handle without waiting for the engine thread: what only that thread can
+// decide (a full queue) ends the turn before admission, and a refused new session is not made.
+TEST(Engine, EnqueueRefusesThroughTheHandle) {
+  EngineConfig c = Config(64, 0, 0, "pensieve");
+  c.max_running = 1;
+  c.max_waiting = 1;
+  auto e = Engine::Create(*F().l.model, *F().tok, c);
+  ASSERT_TRUE(e.ok());
+  auto turn = [&](SessionId id, int n, bool fresh) {
+    TurnRequest r = Greedy(id, {1, 40, 41, 42}, n);
+    r.ignore_eos = true;
+    return (*e)->Enqueue(r, fresh);
+  };
+  // Checked on the caller's thread: an unknown session, a bad field.
+  EXPECT_EQ(turn(424242, 4, false).error().code, StatusCode::kNotFound);
+  TurnRequest bad = Greedy(1, {1, 5}, 4);
+  bad.sampling.top_p = 2;
+  EXPECT_EQ((*e)->Enqueue(bad, true).error().code, StatusCode::kInvalidArgument);
+
+  std::vector<SessionId> s;
+  for (int i = 0; i < 3; i++) s.push_back(*(*e)->NewSessionId());
+  EXPECT_TRUE(s[0] < s[1] && s[1] < s[2]);
+  auto h1 = turn(s[0], 480, true);  // holds the only batch slot
+  ASSERT_TRUE(h1.ok());
+  ASSERT_TRUE((*h1)->WaitAdmitted());
+  EXPECT_TRUE((*e)->HasSession(s[0]));
+  auto h2 = turn(s[1], 4, true);  // the one queue place
+  ASSERT_TRUE(h2.ok());
+  auto h3 = turn(s[2], 4, true);  // refused by the engine thread: the queue is full
+  ASSERT_TRUE(h3.ok());
+  EXPECT_FALSE((*h3)->WaitAdmitted());
+  EXPECT_EQ((*h3)->AdmissionState(), TurnHandle::Admission::kEndedBefore);
+  TurnResult r3 = (*h3)->Wait();
+  EXPECT_EQ(r3.finish_reason, FinishReason::kError);
+  EXPECT_EQ(r3.error.code, StatusCode::kResourceExhausted) << r3.error.message;
+  EXPECT_FALSE((*e)->HasSession(s[2]));  // refused before it was made
+  EXPECT_EQ((*e)->GetSession(s[2]).error().code, StatusCode::kNotFound);
+  EXPECT_EQ((*h1)->Wait().finish_reason, FinishReason::kLength);
+  EXPECT_EQ((*h2)->Wait().finish_reason, FinishReason::kLength);
+  // A continued session; a discarded one goes without a wait.
+  TurnResult again = (*turn(s[1], 4, false))->Wait();
+  EXPECT_EQ(again.finish_reason, FinishReason::kLength);
+  EXPECT_EQ((*e)->GetSession(s[1])->tokens.size(), 16u);
+  (*e)->DiscardSession(s[1]);
+  EXPECT_EQ((*e)->GetSession(s[1]).error().code, StatusCode::kNotFound);  // GetSession's call runs after it
+  EXPECT_FALSE((*e)->HasSession(s[1]));
+}
+
 TEST(Engine, ForkSharesHistory) {
   auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
   ASSERT_TRUE(e.ok());
