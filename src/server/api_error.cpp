@@ -70,4 +70,10 @@ ApiError ToApiError(const Error& e, const std::string& prefix, std::string param
   return out;
 }
 
+ApiError StoreError(const Error& e, const std::string& prefix) {
+  if (e.code != StatusCode::kUnavailable) return ToApiError(e, prefix);
+  spdlog::error("request {}: {}{}", t_request_id.empty() ? "-" : t_request_id, prefix, e.message);
+  return ApiError{503, "server_error", "Storage is unavailable; retry later.", "", "storage_unavailable"};
+}
+
 }  // namespace mnemo

@@ -35,6 +35,10 @@ using ApiResult = std::variant<T, ApiError>;
 // A 500's message is generic: its detail (file paths, SQL, internal ids) is logged at error level
 // here and never reaches a client.
 ApiError ToApiError(const Error& e, const std::string& prefix = "", std::string param = "");
+// A store's error: as ToApiError, except that kUnavailable (a full disk, an unreachable database)
+// is 503 server_error `storage_unavailable` with a generic message (the detail, which names files
+// or hosts, is logged at error level with the request id).
+ApiError StoreError(const Error& e, const std::string& prefix = "");
 
 // The X-Request-Id of the request the calling thread serves ("" outside one). The HTTP layer sets
 // it around each handler (a handler, and a stream's writer, run on one thread), so that what is

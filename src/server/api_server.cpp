@@ -260,6 +260,16 @@ http::Handler ApiServer::Wrap(const std::string& route, bool auth,
         res.before_send = [this, route](Res& res) { metrics_.Request(route, res.status); };
         return;
       }
+      // A turn the store could not keep is refused before its tokens are generated (a full disk).
+      if (Store* store = service_.store()) {
+        if (Status w = store->CheckWritable(); !w.ok()) {
+          metrics_.Shed("storage");
+          http::SendError(res, StoreError(w.error(), "refusing a turn: "));
+          SetRetryAfter(res, 30);
+          res.before_send = [this, route](Res& res) { metrics_.Request(route, res.status); };
+          return;
+        }
+      }
     }
     const double cpu0 = ThreadCpuSeconds();
     try {

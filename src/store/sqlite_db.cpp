@@ -36,8 +36,11 @@ Error Db::Err(std::string_view what) const {
                      : code == SQLITE_NOTADB ? " is not a database"
                      : code == SQLITE_FULL   ? ": disk full"
                                              : "";
-  return MakeError("database '%s'%s: %.*s: %s", path_.c_str(), kind, static_cast<int>(what.size()),
-                   what.data(), sqlite3_errmsg(db_));
+  // A full disk is a condition to wait out (kUnavailable: the server answers 503 and recovers once
+  // there is room), not a fault of the store.
+  return MakeError(code == SQLITE_FULL ? StatusCode::kUnavailable : StatusCode::kInternal,
+                   "database '%s'%s: %.*s: %s", path_.c_str(), kind, static_cast<int>(what.size()), what.data(),
+                   sqlite3_errmsg(db_));
 }
 
 bool Db::autocommit() const { return sqlite3_get_autocommit(db_) != 0; }

@@ -2,8 +2,10 @@
 #include "store/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "store/sqlite_db.h"
 
@@ -167,6 +169,17 @@ Result<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path, const 
   if (path.empty() || path == ":memory:" || path.starts_with("file:")) {
     return MakeError("store path must name a file, not '%s'", path.c_str());
   }
+  // SQLite takes a zero-byte file for a new, empty database: a store truncated by a crash or an
+  // operator's mistake would start empty without a word, and the conversations in its backup would
+  // be forgotten. Only a missing file makes a new store.
+  {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size == 0) {
+      return MakeError("store '%s' is an empty file (0 bytes), not a database: restore it from a backup, or "
+                       "delete it to start a new, empty store", path.c_str());
+    }
+  }
   std::unique_ptr<SqliteStore> store(new SqliteStore());
   store->path_ = path;
 
@@ -188,6 +201,17 @@ Result<std::unique_ptr<Store>> SqliteStore::Open(const std::string& path, const 
   MNEMO_TRY(Configure(*store->reader_, options));
   MNEMO_TRY(store->reader_->Exec("PRAGMA query_only=1"));
   return std::unique_ptr<Store>(std::move(store));
+}
+
+Status SqliteStore::CheckWritable() {
+  struct statvfs fs{};
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) != 0) return {};  // unknown: the commit will tell
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes >= kMinFreeBytes) return {};
+  return MakeError(StatusCode::kUnavailable, "store '%s': its disk has %llu KB free (at least %llu KB are kept for commits)",
+                   path_.c_str(), static_cast<unsigned long long>(free_bytes >> 10),
+                   static_cast<unsigned long long>(kMinFreeBytes >> 10));
 }
 
 SqliteStore::~SqliteStore() {

@@ -32,6 +32,7 @@ class SqliteStore final : public Store {
   static Result<std::unique_ptr<Store>> Open(const std::string& path, const StoreOptions& options);
   ~SqliteStore() override;
 
+  Status CheckWritable() override;
   Status CreateSession(int64_t id, const std::string& owner) override;
   Status AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
                     bool complete) override;

@@ -206,6 +206,12 @@ class Store {
   // A session id no other process sharing this store will mint (a PostgreSQL sequence). Errors:
   // a store that is not shared (kFailedPrecondition), the database is unreachable (kUnavailable).
   virtual Result<int64_t> NewSessionId();
+  // Whether a commit can be expected to succeed now, checked before a turn's work is spent (the
+  // server answers 503 storage_unavailable rather than generate tokens it could not keep). SQLite:
+  // kUnavailable when the file system holding the database has under kMinFreeBytes free (a full
+  // disk fails every commit). Cost: one statvfs. The message names the path: for logs only.
+  static constexpr uint64_t kMinFreeBytes = 16u << 20;
+  virtual Status CheckWritable() { return {}; }
 
   // ---- sessions ----
   // Errors: id exists, id <= 0.

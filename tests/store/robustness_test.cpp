@@ -169,6 +169,19 @@ TEST(StoreOpen, NotADatabaseIsAnError) {
   EXPECT_NE(s.error().message.find("not a database"), std::string::npos) << s.error().message;
 }
 
+// SQLite would take a zero-byte file for a new database: the store refuses it instead of
+// starting empty over what was a store (issue 13).
+TEST(StoreOpen, ZeroByteFileIsAnError) {
+  TempDir dir;
+  const std::string path = dir.File("empty.db");
+  { std::ofstream f(path); }
+  auto s = Store::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("empty file"), std::string::npos) << s.error().message;
+  // A missing file is a new store.
+  EXPECT_TRUE(Store::Open(dir.File("new.db")).ok());
+}
+
 TEST(StoreOpen, CorruptDatabaseIsAnError) {
   TempDir dir;
   const std::string path = dir.File("c.db");
