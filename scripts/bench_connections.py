@@ -50,6 +50,38 @@ def probe(port, n):
             "max_ms": round(lat[-1], 2)}
 
 
+def turn_probe(port, n):
+    """Time to the first SSE event (ms) of n streamed 4-token chat turns, one after another."""
+    body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0,
+                       "stream": True}).encode()
+    lat, statuses = [], {}
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                  b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        data, first = b"", None
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            if first is None and (b"data: " in data or not data.startswith(b"HTTP/1.1 200")) and b"\r\n\r\n" in data:
+                first = (time.perf_counter() - t0) * 1000
+        s.close()
+        code = data[9:12].decode(errors="replace")
+        statuses[code] = statuses.get(code, 0) + 1
+        if code == "200" and first is not None:
+            lat.append(first)
+    lat.sort()
+    out = {"statuses": statuses}
+    if lat:
+        out.update({"ttfb_p50_ms": round(lat[len(lat) // 2], 1),
+                    "ttfb_p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 1),
+                    "ttfb_max_ms": round(lat[-1], 1)})
+    return out
+
+
 def state(pid, port, probes):
     return {"threads": threads(pid), "rss_mb": round(rss_kb(pid) / 1024, 1), "health": probe(port, probes)}
 
@@ -62,13 +94,17 @@ def main():
     ap.add_argument("--streams", type=int, default=1000)
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--probes", type=int, default=200)
+    ap.add_argument("--turn-probes", type=int, default=20, help="4-token streamed turns timed once every stream is open")
+    ap.add_argument("--max-running", type=int, default=0, help="engine batch (0: streams + turn probes)")
+    ap.add_argument("--max-queue-ms", type=int, default=600000)
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     n = max(a.idle, a.streams) + 1000
     args = [a.bin, "serve", "--model", a.model, "--port", "0", "--max-context", "512", "--kv-t0-mb", "512",
             "--max-connections", str(n), "--max-connections-per-address", str(n),
-            "--max-running", str(a.streams), "--max-waiting", str(a.streams), "--max-queue-ms", "600000"]
+            "--max-running", str(a.max_running or a.streams + a.turn_probes), "--max-waiting", str(a.streams + a.turn_probes),
+            "--max-queue-ms", str(a.max_queue_ms)]
     srv = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
     port = None
     for line in srv.stderr:
@@ -153,8 +189,18 @@ def main():
                 prev_cpu, prev_t = cpu, time.time()
                 if sample is None or open_now > sample["open_streams"]:
                     sample = st
+            if "turn_probe" not in out and (got_head >= a.streams or time.time() - t0 > 120) and a.turn_probes:
+                st = {"open_streams": len(sel.get_map()), "streams_with_head_so_far": got_head,
+                      "threads": threads(srv.pid), "rss_mb": round(rss_kb(srv.pid) / 1024, 1),
+                      "at_s": round(time.time() - t0, 1)}
+                out["turn_probe"] = st
+                # On its own thread: this one goes on reading the streams meanwhile.
+                prober = threading.Thread(target=lambda st=st: st.update(turn_probe(port, a.turn_probes)))
+                prober.start()
             if not sel.get_map():
                 break
+        if "turn_probe" in out:
+            prober.join()
         out["with_streams"] = sample
         out["streams_with_head"] = got_head
         out["streams_s"] = round(time.time() - t0, 1)
