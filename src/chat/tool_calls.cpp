@@ -1,6 +1,7 @@
 // Tool-call syntaxes per model family: detection, call text, parsing (see tool_calls.h).
 #include "chat/tool_calls.h"
 
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
@@ -61,18 +62,36 @@ std::optional<ChatToolCall> CallFromObject(std::string_view obj) {
   return ChatToolCall{"", *name, args.value_or("{}")};
 }
 
-// kHermes / kGeneric: <tool_call> {...} </tool_call>, repeated.
+// `tail` without a trailing cut-off tag: the output ended inside one of `tags` (its last '<' starts
+// a proper prefix of a tag), e.g. "</t" of "</tool_call>".
+std::string_view DropPartialTag(std::string_view tail, std::initializer_list<std::string_view> tags) {
+  const size_t lt = tail.rfind('<');
+  if (lt == std::string_view::npos) return tail;
+  const std::string_view rest = tail.substr(lt);
+  for (std::string_view tag : tags) {
+    if (rest.size() < tag.size() && tag.substr(0, rest.size()) == rest) return tail.substr(0, lt);
+  }
+  return tail;
+}
+
+// kHermes / kGeneric: <tool_call> {...} </tool_call>, repeated, anywhere in the text.
 ParsedToolCalls ParseTagged(std::string_view text) {
   static constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
   ParsedToolCalls out;
   std::string content;
   size_t at = 0;
+  bool cut = false;  // the output ended inside a call: that call is dropped
   while (at <= text.size()) {
     const size_t open = text.find(kOpen, at);
     if (open == std::string_view::npos) break;
     const size_t body = SkipSpace(text, open + kOpen.size());
     const size_t end = JsonValueEnd(text, body);
-    if (end == std::string_view::npos) break;
+    if (end == std::string_view::npos) {
+      content += text.substr(at, open - at);
+      at = text.size();
+      cut = true;
+      break;
+    }
     auto call = CallFromObject(text.substr(body, end - body));
     if (!call) break;
     content += text.substr(at, open - at);
@@ -81,16 +100,22 @@ ParsedToolCalls ParseTagged(std::string_view text) {
     if (text.substr(next, kClose.size()) == kClose) next += kClose.size();
     at = next;
   }
-  if (out.calls.empty()) return ParsedToolCalls{std::string(text), {}};
-  content += text.substr(std::min(at, text.size()));
-  out.content = Trim(content);
+  content += DropPartialTag(text.substr(std::min(at, text.size())), {kOpen, kClose});
+  if (out.calls.empty() && !cut && content.size() == text.size()) return ParsedToolCalls{std::string(text), {}};
+  out.content = out.calls.empty() ? content : Trim(content);
   return out;
 }
 
-// kLlama3: [<|python_tag|>] {...} [; {...}]*, the whole reply (after leading space).
+// kLlama3: [<|python_tag|>] {...} [; {...}]*: the whole reply (after leading space), or after
+// text from a <|python_tag|> on.
 ParsedToolCalls ParseLlama3(std::string_view text) {
   static constexpr std::string_view kTag = "<|python_tag|>";
   size_t i = SkipSpace(text, 0);
+  size_t from = 0;  // where the calls start: the content is the text before
+  if (text.substr(i, kTag.size()) != kTag) {
+    const size_t tag = text.find(kTag);
+    if (tag != std::string_view::npos) from = i = tag;
+  }
   if (text.substr(i, kTag.size()) == kTag) i = SkipSpace(text, i + kTag.size());
   ParsedToolCalls out;
   while (i < text.size() && text[i] == '{') {
@@ -103,7 +128,7 @@ ParsedToolCalls ParseLlama3(std::string_view text) {
     if (i < text.size() && text[i] == ';') i = SkipSpace(text, i + 1);
   }
   if (out.calls.empty()) return ParsedToolCalls{std::string(text), {}};
-  out.content = Trim(text.substr(std::min(i, text.size())));
+  out.content = Trim(std::string(text.substr(0, from)) + std::string(text.substr(std::min(i, text.size()))));
   return out;
 }
 

@@ -5,8 +5,8 @@
 //   kHermes   Qwen 2.5 / Qwen 3 / Hermes (templates that write "<tool_call>"): each call is
 //             <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>, calls joined by "\n".
 //   kLlama3   Llama 3.1-3.3 (a Llama 3 header template that mentions tools): one JSON object
-//             {"name": "f", "parameters": {...}}, optionally after <|python_tag|>; several
-//             objects separated by ";" are parsed too.
+//             {"name": "f", "parameters": {...}}, optionally after <|python_tag|> (then also
+//             after text); several objects separated by ";" are parsed too.
 //   kMistral  Mistral v0.3 / Nemo (templates that write "[TOOL_CALLS]"): [TOOL_CALLS] then a JSON
 //             array [{"name": "f", "arguments": {...}}, ...]; the marker is a control token the
 //             grammar cannot emit, so a bare leading array is parsed as calls too.
@@ -14,7 +14,10 @@
 //             system block (GenericToolsPrompt) and calls use the kHermes syntax; assistant calls
 //             and tool results in the history render as text (GenericToolMessages).
 // Parsing is lenient on whitespace, takes "arguments" or "parameters", and accepts a call whose
-// closing tag the model never wrote (the output ended). Text outside the calls is the content.
+// closing tag the model never wrote (the output ended). Text outside the calls is the content;
+// text before a call counts too ("Let me check.\n<tool_call>..."). Markup the output was cut
+// inside is dropped, never content: a trailing partial tag ("</t", "<") and a call whose JSON
+// never closed.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -52,7 +55,7 @@ struct ParsedToolCalls {
   std::vector<ChatToolCall> calls;     // ids left empty (the caller assigns them)
 };
 // The calls in generated text `text` (control tokens included as their text). No call found:
-// content is the whole text, untrimmed.
+// content is the whole text, untrimmed (less cut-off markup, see above).
 ParsedToolCalls ParseToolCalls(ToolFormat f, std::string_view text);
 
 // The system block that describes tools to a template that does not render them (kGeneric):

@@ -419,7 +419,8 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
     Finish(r, FinishReason::kStop, now);
   } else if (static_cast<int>(r.result.tokens.size()) >= r.req.max_tokens ||
              static_cast<int>(r.seq.size()) >= max_context_) {
-    Finish(r, FinishReason::kLength, now);
+    // A grammar that admits nothing more was closed by this very token: complete, not cut.
+    Finish(r, r.matcher && r.matcher->final() ? FinishReason::kStop : FinishReason::kLength, now);
   }
   return false;
 }

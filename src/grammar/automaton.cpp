@@ -163,14 +163,18 @@ Automaton::Stats Automaton::stats() {
   return s;
 }
 
-int32_t Automaton::Walk(StateId s, int32_t limit, uint64_t* words, std::vector<std::pair<int32_t, int32_t>>* costly) {
-  const int32_t minc_s = states_[s].minc;
+void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::vector<std::pair<int32_t, int32_t>>* costly) {
+  const int32_t cost_s = states_[s].cost;
+  const bool filter = allow != kNoLimit;
   const std::vector<TokenIndex::Node>& nodes = index_->nodes();
   const std::vector<int32_t>& ids = index_->token_ids();
   const int32_t n = static_cast<int32_t>(nodes.size());
   StateId* at = walk_states_.data();  // at[d]: the state after the first d bytes of the path
   at[0] = s;
   int32_t max_end = 0;
+  int32_t best_minc = INT32_MAX, best_id = INT32_MAX;
+  StateId best = kDead;
+  std::vector<int32_t> ends;
   int64_t visited = 0;
   for (int32_t i = 1; i < n;) {
     const TokenIndex::Node& node = nodes[i];
@@ -182,20 +186,108 @@ int32_t Automaton::Walk(StateId s, int32_t limit, uint64_t* words, std::vector<s
     }
     at[node.depth] = t;
     if (node.tok_begin < node.tok_end) {
-      const int32_t m = states_[t].minc;
-      if (m <= limit) {
-        max_end = std::max(max_end, m);
-        for (int32_t k = node.tok_begin; k < node.tok_end; ++k) {
-          words[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
-          if (costly && m > minc_s && costly->size() <= kMaxCostly) costly->push_back({m, ids[k]});
+      const int32_t c = filter ? states_[t].cost : 0;
+      if (!filter || (c >= 0 && c <= allow)) {
+        for (int32_t k = node.tok_begin; k < node.tok_end; ++k) words[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
+        if (costly && c > cost_s && costly->size() <= kMaxCostly) {
+          for (int32_t k = node.tok_begin; k < node.tok_end; ++k) costly->push_back({c, ids[k]});
         }
+      }
+      if (info) {
+        const int32_t m = states_[t].minc;
+        max_end = std::max(max_end, m);
+        // ids of one node ascend: the first is the lowest.
+        if (m < best_minc || (m == best_minc && ids[node.tok_begin] < best_id)) {
+          best_minc = m;
+          best_id = ids[node.tok_begin];
+          best = t;
+        }
+        if (ends.empty() || ends.back() != t) ends.push_back(t);
       }
     }
     ++i;
   }
   stats_.nodes_visited += visited;
   stats_.masks_computed++;
-  return max_end;
+  if (info && !overflow_) {
+    std::sort(ends.begin(), ends.end());
+    ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+    State& st = states_[s];
+    st.walked = true;
+    st.max_end_minc = max_end;
+    st.best = best;
+    st.ends = static_cast<int32_t>(ends_.size());
+    st.n_ends = static_cast<int32_t>(ends.size());
+    ends_.insert(ends_.end(), ends.begin(), ends.end());
+  }
+}
+
+void Automaton::BaseMask(StateId s, uint64_t* w) {
+  if (states_[s].mask >= 0) {
+    std::memcpy(w, mask_pool_.data() + static_cast<size_t>(states_[s].mask) * words_, words_ * sizeof(uint64_t));
+    stats_.masks_cached++;
+    return;
+  }
+  Walk(s, kNoLimit, w, /*info=*/!states_[s].walked);
+  if (overflow_) return;
+  if ((mask_pool_.size() + words_) * sizeof(uint64_t) <= kMaxMaskCacheBytes) {
+    states_[s].mask = static_cast<int32_t>(mask_pool_.size() / words_);
+    mask_pool_.insert(mask_pool_.end(), w, w + words_);
+  }
+}
+
+int32_t Automaton::Cost(StateId s) {
+  constexpr int32_t kComputing = -2;
+  std::vector<StateId> path;  // states whose cost is one more than the next one's
+  int32_t c = Grammar::kFar;
+  for (StateId at = s;; at = states_[at].best) {
+    const State& st = states_[at];
+    if (st.cost >= 0) {
+      c = st.cost;
+      break;
+    }
+    if (st.cost == kComputing) break;  // the greedy path loops: this vocabulary cannot end it here
+    if (st.final || st.accepting) {
+      c = states_[at].cost = st.final ? 0 : 1;
+      break;
+    }
+    if (!st.walked) {
+      scratch_mask_.assign(words_, 0);
+      BaseMask(at, scratch_mask_.data());
+      if (overflow_) break;
+    }
+    if (states_[at].best == kDead) {  // nothing can follow: never ends
+      states_[at].cost = Grammar::kFar;
+      break;
+    }
+    states_[at].cost = kComputing;
+    path.push_back(at);
+  }
+  for (size_t i = path.size(); i-- > 0;) {
+    c = std::min(Grammar::kFar, c + 1);
+    states_[path[i]].cost = c;
+  }
+  return states_[s].cost >= 0 ? states_[s].cost : Grammar::kFar;
+}
+
+int32_t Automaton::MaxEndCost(StateId s) {
+  if (states_[s].max_end_cost >= 0) return states_[s].max_end_cost;
+  if (!states_[s].walked) {
+    scratch_mask_.assign(words_, 0);
+    BaseMask(s, scratch_mask_.data());
+    if (overflow_) return Grammar::kFar;
+  }
+  int32_t m = 0;
+  // Cost() walks new states, which appends to ends_ and states_: index, do not hold references.
+  for (int32_t i = 0; i < states_[s].n_ends; ++i) m = std::max(m, Cost(ends_[states_[s].ends + i]));
+  if (overflow_) return Grammar::kFar;
+  states_[s].max_end_cost = m;
+  return m;
+}
+
+int32_t Automaton::TokensToEnd(StateId s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s >= 0 ? Cost(s) : Grammar::kFar;
 }
 
 Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
@@ -203,42 +295,48 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
   mask->assign(words_, 0);
   if (s < 0) return Status::Ok();
   uint64_t* w = mask->data();
+  auto too_complex = [&] {
+    return MakeError(StatusCode::kInvalidArgument, "the grammar is too complex: its matcher exceeded %d states or %d stacks",
+                     kMaxStates, kMaxStacks);
+  };
+  BaseMask(s, w);
+  if (overflow_) return too_complex();
+  // Tokens left after this one. Far from the edge (TokensToEnd <= bytes + 1 with all single-byte
+  // tokens), every token fits and no cost is computed.
   const int32_t limit = budget == INT_MAX ? Grammar::kFar : std::max(0, budget - 1);
-  if (states_[s].mask < 0) {
-    std::vector<std::pair<int32_t, int32_t>> costly;
-    const int32_t max_end = Walk(s, Grammar::kFar, w, &costly);
-    if (overflow_)
-      return MakeError(StatusCode::kInvalidArgument,
-                       "the grammar is too complex: its matcher exceeded %d states or %d stacks", kMaxStates, kMaxStacks);
-    states_[s].max_end_minc = max_end;
-    if ((mask_pool_.size() + words_) * sizeof(uint64_t) <= kMaxMaskCacheBytes) {
-      states_[s].mask = static_cast<int32_t>(mask_pool_.size() / words_);
-      mask_pool_.insert(mask_pool_.end(), w, w + words_);
-      if (costly.size() <= kMaxCostly) {
-        std::sort(costly.begin(), costly.end(), std::greater<>());
-        states_[s].costly = static_cast<int32_t>(costly_.size());
-        costly_.push_back(std::move(costly));
+  if (limit < Grammar::kFar && !(index_->all_bytes() && limit >= states_[s].max_end_minc + 1)) {
+    const int32_t max_end = MaxEndCost(s);
+    const int32_t cost = Cost(s);
+    if (overflow_) return too_complex();
+    // Feasible (cost <= budget): tokens that leave the end within reach, the greedy one among
+    // them. Not: tokens that bring the end closer.
+    const int32_t allow = std::max(limit, cost - 1);
+    if (allow < max_end) {
+      if (allow >= cost && states_[s].costly == -1) {
+        // List the state's costly tokens once (the walk sets no bit w lacks: w is the base mask).
+        std::vector<std::pair<int32_t, int32_t>> costly;
+        Walk(s, Grammar::kFar, w, /*info=*/false, &costly);
+        if (overflow_) return too_complex();
+        if (costly.size() <= kMaxCostly) {
+          std::sort(costly.begin(), costly.end(), std::greater<>());
+          states_[s].costly = static_cast<int32_t>(costly_.size());
+          costly_.push_back(std::move(costly));
+        } else {
+          states_[s].costly = -2;
+        }
+      }
+      if (allow >= cost && states_[s].costly >= 0) {
+        // Every token that does not move away from the end fits; drop the costly ones that do not.
+        for (const auto& [c, id] : costly_[states_[s].costly]) {
+          if (c <= allow) break;
+          w[id >> 6] &= ~(uint64_t{1} << (id & 63));
+        }
+      } else {
+        std::memset(w, 0, words_ * sizeof(uint64_t));
+        Walk(s, allow, w, /*info=*/false);
+        if (overflow_) return too_complex();
       }
     }
-  } else {
-    std::memcpy(w, mask_pool_.data() + static_cast<size_t>(states_[s].mask) * words_, words_ * sizeof(uint64_t));
-    stats_.masks_cached++;
-  }
-  if (limit < states_[s].max_end_minc && limit >= states_[s].minc && states_[s].costly >= 0) {
-    // Every token that does not move away from completion fits; drop the costly ones that do not.
-    for (const auto& [m, id] : costly_[states_[s].costly]) {
-      if (m <= limit) break;
-      w[id >> 6] &= ~(uint64_t{1} << (id & 63));
-    }
-  } else if (limit < states_[s].max_end_minc) {
-    // Few tokens left: keep only tokens after which the output can still be completed in time.
-    std::vector<uint64_t> budgeted(words_, 0);
-    Walk(s, limit, budgeted.data());
-    bool any = false;
-    for (uint64_t x : budgeted) any |= x != 0;
-    // Nothing fits (the budget was short from the start): fall back to every grammatical token.
-    if (any || states_[s].accepting) std::memcpy(w, budgeted.data(), words_ * sizeof(uint64_t));
-    if (overflow_) return MakeError(StatusCode::kInvalidArgument, "the grammar is too complex");
   }
   if (states_[s].accepting) {
     for (int32_t id : index_->eog()) w[id >> 6] |= uint64_t{1} << (id & 63);

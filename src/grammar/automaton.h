@@ -16,10 +16,18 @@
 // grammar accepts the output so far.
 //
 // Closing in time: with a budget of B tokens left (this one included), a token is allowed only if
-// a completion of the output still fits in B - 1 tokens after it, counting one byte per token
-// (every vocabulary mnemo loads has all 256 single-byte tokens: SPM byte fallback, GPT-2 bytes).
-// So an output that starts with a budget >= the grammar's shortest completion always ends
-// complete, even when max_tokens cuts it (finish_reason "length", but the text parses).
+// the turn can still end within the B - 1 tokens after it. What ending costs from a state is
+// counted in tokens (TokensToEnd): 0 when the output is final (the engine stops there), 1 when it
+// is accepting (the end-of-generation token), else one more than from the state after a greedy
+// step: the token whose end state needs the fewest bytes to complete (the lowest id among ties),
+// which takes the longest piece along the shortest completion. That is an upper bound on the
+// tokens really needed, and it is kept as the budget shrinks: the greedy token itself always
+// fits. So a turn whose budget covers TokensToEnd of the start state always ends complete,
+// with an end-of-generation token or in a final state, never cut by max_tokens. Bytes bound the
+// cost where the vocabulary has all 256 single-byte tokens (TokensToEnd <= bytes + 1), so states
+// far from the budget's edge skip it. When even the greedy path cannot fit (the budget was short
+// from the start), only tokens that bring the end closer are allowed: the output gets as far as
+// it can and is then cut.
 //
 // Thread safety: an Automaton is shared by every request using the same grammar; its methods lock
 // an internal mutex (the engine thread is the only caller on the hot path, so it is uncontended).
@@ -66,6 +74,9 @@ class Automaton {
   bool Final(StateId s);
   // Fewest bytes that complete an accepted output from s (0 when accepting).
   int32_t MinBytesToAccept(StateId s);
+  // Tokens that end a turn from s along the greedy path (see above); Grammar::kFar when the
+  // vocabulary cannot end it. Costs a trie walk per state on the path the first time.
+  int32_t TokensToEnd(StateId s);
   // Writes the tokens allowed after state s into mask ([words] zeroed first), with `budget` tokens
   // left (INT_MAX: no limit). Errors only when a limit on states was hit.
   Status FillMask(StateId s, int budget, TokenMask* mask);
@@ -91,10 +102,21 @@ class Automaton {
     int32_t first, count;   // its stacks: state_stacks_[first, first + count), sorted ids
     int32_t trans = -1;     // offset of its 256 transitions in trans_, -1 until first used
     int32_t mask = -1;      // cached unbudgeted mask (index into mask_pool_ / words), -1 none
-    int32_t max_end_minc = 0;  // with the cached mask: the largest MinBytesToAccept after an allowed token
-    int32_t costly = -1;       // with the cached mask: costly_[costly] lists its allowed tokens that move
-                               // away from completion (end minc > minc), or -1 when too many to list
     int32_t minc = 0;
+    // Known once walked (walked): the largest MinBytesToAccept after an allowed token, the end
+    // state of the greedy token (kDead when no token is allowed), and the distinct end states of
+    // the allowed tokens: ends_[ends, ends + n_ends).
+    int32_t max_end_minc = 0;
+    int32_t best = -1;
+    int32_t ends = 0, n_ends = 0;
+    int32_t cost = -1;          // TokensToEnd; -1 unknown, -2 while being computed (a cycle)
+    int32_t max_end_cost = -1;  // the largest TokensToEnd after an allowed token; -1 unknown
+    // Its allowed tokens that move away from the end (TokensToEnd after > cost), largest first,
+    // in costly_[costly]: with few tokens left but at least `cost`, the budgeted mask is the
+    // cached one minus a prefix of this list (no second trie walk). -1: not listed yet,
+    // -2: too many to list.
+    int32_t costly = -1;
+    bool walked = false;
     bool accepting = false;
     bool final = false;
   };
@@ -111,10 +133,17 @@ class Automaton {
   void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);
   StateId Transition(StateId s, uint8_t b);
   StateId ComputeTransition(StateId s, uint8_t b);
-  // One trie walk: tokens whose end state has minc <= limit. Returns the max minc over the
-  // allowed tokens' end states.
-  // costly (optional): collects (end minc, token) of allowed tokens with end minc > minc(s).
-  int32_t Walk(StateId s, int32_t limit, uint64_t* words, std::vector<std::pair<int32_t, int32_t>>* costly = nullptr);
+  // One trie walk from s setting the bits of allowed tokens in words ([words_], not cleared):
+  // every grammatical token when allow is kNoLimit, else those whose end state's TokensToEnd is
+  // <= allow (all of them must be known: MaxEndCost(s) first). costly (optional, with a limit):
+  // collects (TokensToEnd after, token) of allowed tokens whose cost is above s's. info
+  // (optional): records the walk's facts into s's State (walked).
+  static constexpr int32_t kNoLimit = INT32_MAX;
+  void Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::vector<std::pair<int32_t, int32_t>>* costly = nullptr);
+  // s's unbudgeted mask into words ([words_], zeroed), from the cache or a walk.
+  void BaseMask(StateId s, uint64_t* words);
+  int32_t Cost(StateId s);         // TokensToEnd without the lock
+  int32_t MaxEndCost(StateId s);   // State::max_end_cost, computed on first use
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenIndex> index_;
@@ -126,11 +155,12 @@ class Automaton {
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> state_ids_;
   std::vector<int32_t> trans_;                           // [tables][256] state ids; kUnknown = not computed
   std::vector<uint64_t> mask_pool_;                      // [cached masks][words]
-  // Per cached state, its costly tokens by end minc, largest first: with few tokens left, the
-  // budgeted mask is the cached one minus a prefix of this list (no second trie walk).
+  std::vector<int32_t> ends_;                            // end states of walked states, back to back
+  // Per listed state, its costly tokens (State::costly) as (TokensToEnd after, token), largest first.
   std::vector<std::vector<std::pair<int32_t, int32_t>>> costly_;
   static constexpr size_t kMaxCostly = 4096;
   std::vector<StateId> walk_states_;                     // [max_depth + 1] scratch of Walk
+  std::vector<uint64_t> scratch_mask_;                   // [words_] scratch of Cost's walks
   std::vector<int32_t> scratch_;                         // scratch of ComputeTransition
   StateId start_ = kDead;
   bool overflow_ = false;

@@ -18,7 +18,9 @@ const std::pair<const char*, const char*> kCommon[] = {
     {"json-hex4", "[0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}"},
     {"json-char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" json-hex4 )"},
     {"json-string", "\"\\\"\" json-char* \"\\\"\""},
-    {"json-int", "\"-\"? ( \"0\" | [1-9] [0-9]* )"},
+    // At most 18 digits (the clamp of bounded integers): every output parses, as an int64 and as a
+    // double (an unbounded digit run overflowed doubles past 308 digits).
+    {"json-int", "\"-\"? ( \"0\" | [1-9] [0-9]{0,17} )"},
     {"json-number", "json-int ( \".\" [0-9]+ )? ( [eE] [-+]? [0-9]{1,2} )?"},
     {"json-bool", "\"true\" | \"false\""},
     {"json-null", "\"null\""},

@@ -60,6 +60,9 @@ std::shared_ptr<const TokenIndex> TokenIndex::Build(std::vector<std::string> pie
     t->nodes_[path.back()].end = static_cast<int32_t>(t->nodes_.size());
     path.pop_back();
   }
+  int single = 0;  // depth-1 nodes holding a token: one per byte value
+  for (const Node& node : t->nodes_) single += node.depth == 1 && node.tok_begin < node.tok_end;
+  t->all_bytes_ = single == 256;
   return t;
 }
 

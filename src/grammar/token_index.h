@@ -40,6 +40,9 @@ class TokenIndex {
   int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
   int max_depth() const { return max_depth_; }  // longest piece, bytes
   bool is_eog(int32_t id) const { return id >= 0 && id < n_vocab() && eog_flag_[id]; }
+  // Every byte value is a token of its own (SPM byte fallback, GPT-2 byte tokens): any output can
+  // be written one byte per token, so n bytes never take more than n tokens.
+  bool all_bytes() const { return all_bytes_; }
 
  private:
   std::vector<std::string> pieces_;  // [n_vocab]
@@ -48,6 +51,7 @@ class TokenIndex {
   std::vector<int32_t> eog_;
   std::vector<uint8_t> eog_flag_;    // [n_vocab]
   int max_depth_ = 0;
+  bool all_bytes_ = false;
 };
 
 }  // namespace mnemo::grammar

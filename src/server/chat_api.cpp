@@ -234,8 +234,8 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       last = std::chrono::steady_clock::now();
     }
     TurnEvent ev;
-    // Tool calls: the reply is held back while it may be a call (all of it under required / a
-    // named tool; under auto while its start can open one) and sent as tool_calls deltas at the end.
+    // Tool calls under auto: text goes out as content until a call opener, the rest is held and
+    // sent as tool_calls deltas at the end (ToolHold).
     ToolHold& hold = *state->hold;
     // Under required / a named tool the reply is calls in the grammar's shape: streamed as they
     // are generated.
@@ -274,8 +274,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         std::string finish = FinishReasonName(r.finish_reason);
         if (forced) {
           if (calls.calls() > 0) finish = "tool_calls";
-        } else if (hold.holding()) {
-          const ToolReply tool = ExtractToolCalls(*service, *tools, r);
+        } else {
+          // The content held back and the calls from the first opener on.
+          const ToolReply tool = hold.End();
           if (!tool.calls.empty()) finish = "tool_calls";
           if (!tool.content.empty()) write(http::SseData(chunk({{"content", tool.content}}, nullptr)));
           // As OpenAI streams a call: index, id, type and name with empty arguments, then the

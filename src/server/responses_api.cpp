@@ -171,11 +171,16 @@ Json OutputItem(const std::string& id, const std::string& text, const std::strin
           {"content", Json::array({{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}}})}};
 }
 
-// Output item k of a function call, id fc_<r> (fc_<r>-<k> after the first) for message msg_<r>.
-Json FunctionCallItem(const std::string& msg_id, size_t k, const ChatToolCall& c) {
+// The id of call k's output item: fc_<r> (fc_<r>-<k> after the first) for message msg_<r>.
+std::string FunctionCallId(const std::string& msg_id, size_t k) {
   std::string id = "fc_" + msg_id.substr(msg_id.find('_') + 1);
   if (k > 0) id += "-" + std::to_string(k);
-  return {{"type", "function_call"}, {"id", id}, {"call_id", c.id}, {"name", c.name}, {"arguments", c.arguments}, {"status", "completed"}};
+  return id;
+}
+
+Json FunctionCallItem(const std::string& msg_id, size_t k, const ChatToolCall& c, const std::string& status = "completed") {
+  return {{"type", "function_call"}, {"id", FunctionCallId(msg_id, k)}, {"call_id", c.id}, {"name", c.name},
+          {"arguments", c.arguments}, {"status", status}};
 }
 
 // The request's `text` as the response reports it: its format ({type: text} by default).
@@ -477,7 +482,9 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   const std::string msg_id = "msg_" + sr.id.substr(sr.id.find('_') + 1);  // see `resolve` above
 
   // Finishes the response: commits the turn, the response row and conversation items at once.
-  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools](const TurnResult& r, bool calls = true) mutable
+  // given: the reply as a stream already split it into content and calls (else parsed from r).
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools](const TurnResult& r,
+                                                                                    std::optional<ToolReply> given = std::nullopt) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
     if (r.finish_reason == FinishReason::kError) {
@@ -485,8 +492,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       return ToApiError(r.error);
     }
     sr.status = r.finish_reason == FinishReason::kLength ? "incomplete" : "completed";
-    // calls false: the reply was streamed as text (no call is looked for after content started).
-    const ToolReply reply = calls ? ExtractToolCalls(service_, *tools, r) : ToolReply{r.text, {}};
+    const ToolReply reply = given ? std::move(*given) : ExtractToolCalls(service_, *tools, r);
     Json output = Json::array();
     if (reply.calls.empty() || !reply.content.empty()) {
       output.push_back(OutputItem(msg_id, reply.content, sr.status == "completed" ? "completed" : "incomplete"));
@@ -537,9 +543,13 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     int seq = 0;
     bool message_open = false;
     std::optional<ToolHold> hold;  // across the steps of one stream
+    bool forced = false;           // required / a named tool: the reply is calls, streamed as they come
+    std::optional<CallStream> calls;
   };
   auto state = std::make_shared<StreamState>();
   state->hold.emplace(service_, *tools);
+  state->forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
+  state->calls.emplace(DetectToolFormat(service_.chat_template()));
   DriveTurn(t.handle, [=, this]() mutable -> bool {
     int& seq = state->seq;
     bool& alive = state->alive;
@@ -577,12 +587,40 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     TurnEvent ev;
     while (t.handle->TryNext(&ev)) {
       if (ev.kind == TurnEvent::kText) {
-        const std::string out = hold.Feed(ev.token, ev.text);
-        if (!out.empty()) text_delta(out);
+        if (state->forced) {
+          // As OpenAI streams a call: the item with empty arguments once its name is known, then
+          // the arguments as they are generated.
+          for (const Json& d : state->calls->Feed(ev.text)) {
+            const size_t k = d["index"];
+            const ChatToolCall& c = state->calls->begun()[k];
+            if (d.contains("id")) {
+              emit("response.output_item.added", {{"output_index", k}, {"item", FunctionCallItem(msg_id, k, c, "in_progress")}});
+            } else {
+              emit("response.function_call_arguments.delta", {{"item_id", FunctionCallId(msg_id, k)}, {"output_index", k},
+                                                              {"delta", d["function"]["arguments"]}});
+            }
+          }
+        } else {
+          const std::string out = hold.Feed(ev.token, ev.text);
+          if (!out.empty()) text_delta(out);
+        }
         if (!alive) t.handle->Cancel();
         continue;
       }
-      auto out = finish(ev.result, hold.holding());  // durable before the final events
+      // The reply as streamed: under auto, the content sent and held plus the calls at the end;
+      // forced, the calls with the ids their events carried.
+      std::optional<ToolReply> given;
+      std::string unsent;  // content not streamed yet
+      if (state->forced) {
+        given = ExtractToolCalls(service_, *tools, ev.result);
+        const std::vector<ChatToolCall>& begun = state->calls->begun();
+        for (size_t k = 0; k < given->calls.size() && k < begun.size(); ++k) given->calls[k].id = begun[k].id;
+      } else if (tools->parse()) {
+        ToolReply tail = hold.End();
+        unsent = tail.content;
+        given = ToolReply{hold.released() + tail.content, std::move(tail.calls)};
+      }
+      auto out = finish(ev.result, std::move(given));  // durable before the final events
       if (!alive) {
         reply->End();
         return true;
@@ -595,7 +633,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
         for (const Json& item : resp["output"]) {
           if (item["type"] == "message") {
             const std::string text = item["content"][0]["text"];
-            if (hold.holding() && !text.empty()) text_delta(text);
+            if (!unsent.empty()) text_delta(unsent);
             open_message();
             emit("response.output_text.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                                                {"text", text}, {"logprobs", Json::array()}});
@@ -603,13 +641,16 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
                                                 {"part", item["content"][0]}});
             emit("response.output_item.done", {{"output_index", 0}, {"item", item}});
           } else {
-            // As OpenAI streams a call: the item with empty arguments, the arguments in pieces, done.
-            Json added = item;
-            added["arguments"] = "";
-            added["status"] = "in_progress";
-            emit("response.output_item.added", {{"output_index", index}, {"item", added}});
-            for (const std::string& piece : Utf8Pieces(item["arguments"], 16)) {
-              emit("response.function_call_arguments.delta", {{"item_id", item["id"]}, {"output_index", index}, {"delta", piece}});
+            // As OpenAI streams a call: the item with empty arguments, the arguments in pieces, done
+            // (forced, the first two went out as the call was generated).
+            if (!state->forced) {
+              Json added = item;
+              added["arguments"] = "";
+              added["status"] = "in_progress";
+              emit("response.output_item.added", {{"output_index", index}, {"item", added}});
+              for (const std::string& piece : Utf8Pieces(item["arguments"], 16)) {
+                emit("response.function_call_arguments.delta", {{"item_id", item["id"]}, {"output_index", index}, {"delta", piece}});
+              }
             }
             emit("response.function_call_arguments.done", {{"item_id", item["id"]}, {"output_index", index}, {"arguments", item["arguments"]}});
             emit("response.output_item.done", {{"output_index", index}, {"item", item}});

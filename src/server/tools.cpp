@@ -2,6 +2,7 @@
 #include "server/tools.h"
 
 #include <set>
+#include <utility>
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -243,9 +244,25 @@ std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, T
   return std::nullopt;
 }
 
-ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r) {
-  ToolReply out{r.text, {}};
+ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_view raw) {
+  ToolReply out{std::string(raw), {}};
   if (!tools.parse()) return out;
+  ParsedToolCalls p = ParseToolCalls(f, raw);
+  for (ChatToolCall& c : p.calls) {
+    if (!tools.Has(c.name)) continue;  // a call of no offered tool stays text
+    if (!tools.parallel && !out.calls.empty()) break;
+    c.id = NewId("call_");
+    out.calls.push_back(std::move(c));
+  }
+  if (!out.calls.empty() || p.content.size() != raw.size()) out.content = p.content;
+  // Under required / a named tool the grammar made the whole reply call syntax: nothing in it is
+  // content, not even a call cut off by max_tokens.
+  if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) out.content.clear();
+  return out;
+}
+
+ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r) {
+  if (!tools.parse()) return ToolReply{r.text, {}};
   // The text with control tokens written out (<|python_tag|>, [TOOL_CALLS]); the final
   // end-of-generation token left out.
   const Tokenizer& tok = service.tokenizer();
@@ -257,51 +274,101 @@ ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, con
     while (!ids.empty() && tok.IsEog(ids.back())) ids.pop_back();
     raw = tok.Decode(ids, /*skip_special=*/false);
   }
-  ParsedToolCalls p = ParseToolCalls(DetectToolFormat(service.chat_template()), raw);
-  for (ChatToolCall& c : p.calls) {
-    if (!tools.Has(c.name)) continue;  // a call of no offered tool stays text
-    if (!tools.parallel && !out.calls.empty()) break;
-    c.id = NewId("call_");
-    out.calls.push_back(std::move(c));
-  }
-  if (!out.calls.empty()) out.content = p.content;
-  return out;
+  return ToolReplyFromText(DetectToolFormat(service.chat_template()), tools, raw);
 }
 
-ToolHold::ToolHold(const Service& service, const ToolRequest& tools) : tok_(&service.tokenizer()) {
+ToolHold::ToolHold(const Service& service, const ToolRequest& tools) : tok_(&service.tokenizer()), tools_(&tools) {
   if (!tools.parse()) return;
+  active_ = true;
+  format_ = DetectToolFormat(service.chat_template());
   if (tools.choice != ToolChoice::kAuto) {
     holding_ = true;
     return;
   }
-  decided_ = false;
-  switch (DetectToolFormat(service.chat_template())) {
+  switch (format_) {
     case ToolFormat::kHermes:
     case ToolFormat::kGeneric: openers_ = {"<tool_call>"}; break;
-    case ToolFormat::kLlama3: openers_ = {"{", "<|python_tag|>"}; break;
-    case ToolFormat::kMistral: openers_ = {"[", "[TOOL_CALLS]"}; break;
+    case ToolFormat::kLlama3:
+      start_openers_ = {"{"};
+      openers_ = {"<|python_tag|>"};  // a tokenizer that does not mark it as control
+      break;
+    case ToolFormat::kMistral:
+      start_openers_ = {"["};
+      openers_ = {"[TOOL_CALLS]"};
+      break;
   }
 }
 
 std::string ToolHold::Feed(int32_t token, const std::string& text) {
-  if (decided_) return holding_ ? "" : text;
-  held_ += text;
-  if (tok_->IsControl(token) && !tok_->IsEog(token)) {  // a marker the text does not show
-    decided_ = holding_ = true;
+  if (!active_) {
+    released_ += text;
+    return text;
+  }
+  const bool control = tok_->IsControl(token) && !tok_->IsEog(token);  // a marker the text does not show
+  if (holding_) {
+    held_ += control ? tok_->TokenToPiece(token, /*special=*/true) : text;
     return "";
   }
-  size_t b = 0;
-  while (b < held_.size() && (held_[b] == ' ' || held_[b] == '\n' || held_[b] == '\t' || held_[b] == '\r')) ++b;
-  const std::string_view s = std::string_view(held_).substr(b);
-  if (s.empty()) return "";
-  for (const std::string& o : openers_) {
-    if (s.size() >= o.size() ? s.compare(0, o.size(), o) == 0 : o.compare(0, s.size(), s) == 0) {
-      if (s.size() >= o.size()) decided_ = holding_ = true;
-      return "";
+  auto release = [&](size_t n) {
+    std::string out = pending_.substr(0, n);
+    pending_.erase(0, n);
+    released_ += out;
+    return out;
+  };
+  if (control) {  // <|python_tag|>, [TOOL_CALLS]: a call follows
+    std::string out = release(pending_.size());
+    holding_ = true;
+    held_ = tok_->TokenToPiece(token, /*special=*/true);
+    return out;
+  }
+  pending_ += text;
+  auto is_space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
+  if (released_.find_first_not_of(" \n\t\r") == std::string::npos) {
+    // Nothing but whitespace so far: a start opener may still come.
+    size_t b = 0;
+    while (b < pending_.size() && is_space(pending_[b])) ++b;
+    const std::string_view s = std::string_view(pending_).substr(b);
+    if (s.empty()) return "";
+    for (const std::string& o : start_openers_) {
+      if (s.size() >= o.size() ? s.compare(0, o.size(), o) == 0 : o.compare(0, s.size(), s) == 0) {
+        if (s.size() >= o.size()) {
+          holding_ = true;
+          held_ = pending_;
+          pending_.clear();
+        }
+        return "";
+      }
     }
   }
-  decided_ = true;
-  return std::move(held_);
+  // An opener anywhere: the text before it goes out, the rest is held.
+  for (const std::string& o : openers_) {
+    const size_t at = pending_.find(o);
+    if (at == std::string::npos) continue;
+    std::string out = release(at);
+    holding_ = true;
+    held_ = std::move(pending_);
+    pending_.clear();
+    return out;
+  }
+  // Keep back the longest tail that may begin an opener.
+  size_t keep = 0;
+  for (const std::string& o : openers_) {
+    for (size_t k = std::min(o.size() - 1, pending_.size()); k > keep; --k) {
+      if (pending_.compare(pending_.size() - k, k, o, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+    }
+  }
+  return release(pending_.size() - keep);
+}
+
+ToolReply ToolHold::End() {
+  if (!active_) return ToolReply{std::exchange(pending_, {}), {}};
+  ToolReply out = ToolReplyFromText(format_, *tools_, pending_ + held_);
+  pending_.clear();
+  held_.clear();
+  return out;
 }
 
 CallStream::CallStream(ToolFormat f) {
@@ -318,6 +385,7 @@ std::vector<Json> CallStream::Feed(const std::string& text) {
   auto send = [&](size_t to) {
     while (to > sent_ && to < text_.size() && (static_cast<unsigned char>(text_[to]) & 0xC0) == 0x80) --to;
     if (to > sent_) {
+      begun_.back().arguments += text_.substr(sent_, to - sent_);
       out.push_back({{"index", calls_}, {"function", {{"arguments", text_.substr(sent_, to - sent_)}}}});
       sent_ = to;
     }
@@ -331,8 +399,9 @@ std::vector<Json> CallStream::Feed(const std::string& text) {
       if (ne == std::string::npos || ne + mid_.size() > text_.size()) return out;
       auto name = Json::parse(text_.substr(ns, ne - ns), nullptr, false);
       if (!name.is_string() || text_.compare(ne, mid_.size(), mid_) != 0) return out;  // not the grammar's shape
-      out.push_back({{"index", calls_}, {"id", NewId("call_")}, {"type", "function"},
-                     {"function", {{"name", name.get<std::string>()}, {"arguments", ""}}}});
+      begun_.push_back(ChatToolCall{NewId("call_"), name.get<std::string>(), ""});
+      out.push_back({{"index", calls_}, {"id", begun_.back().id}, {"type", "function"},
+                     {"function", {{"name", begun_.back().name}, {"arguments", ""}}}});
       in_args_ = true;
       args_start_ = sent_ = ne + mid_.size();
     }

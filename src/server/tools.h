@@ -67,31 +67,43 @@ std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, T
 // The grammar text for tools.choice kRequired / kNamed in format f (exposed for tests).
 Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools);
 
-// The calls in a finished reply (ids assigned "call_..."), or none (content = the text).
+// The calls in a finished reply (ids assigned "call_..."), or none (content = the text). Under
+// required / a named tool the content is always empty (the reply is call syntax, even when cut).
 struct ToolReply {
   std::string content;
   std::vector<ChatToolCall> calls;
 };
 ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r);
+// The same from the reply's text with control tokens written out.
+ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_view raw);
 
-// Streaming with tools: which generated text may go out as content at once. Under required / a
-// named tool everything is held (the reply is calls); under auto the text is held while its start
-// (after whitespace) can still open a call in the template's format ("<tool_call>", "{" or
-// <|python_tag|>, "[" or [TOOL_CALLS]), then either held to the end (parsed by ExtractToolCalls)
-// or released as content from there on (no call is looked for after content started).
+// Streaming under auto: which generated text may go out as content at once. Text is released as
+// it comes, except a tail that may still become a call opener in the template's format
+// ("<tool_call>" anywhere; "{" / "[" only at the start after whitespace; the control tokens
+// <|python_tag|> and [TOOL_CALLS] anywhere). From an opener on, the rest of the reply is held and
+// parsed at the end (End). So "Let me check.\n<tool_call>..." streams its text, then the call.
+// Without tools to look for, everything is released.
 class ToolHold {
  public:
   ToolHold(const Service& service, const ToolRequest& tools);
   // The content to send now for one generated token and its text ("" while held).
   std::string Feed(int32_t token, const std::string& text);
-  // The reply is (still) held: extract the calls at the end.
-  bool holding() const { return holding_ || !decided_; }
+  // At the end of the reply: the content not sent yet (cut-off markup dropped) and the calls in
+  // the held text.
+  ToolReply End();
+  // The content Feed released so far.
+  const std::string& released() const { return released_; }
 
  private:
   const Tokenizer* tok_;
-  std::vector<std::string> openers_;
-  std::string held_;
-  bool decided_ = true;
+  const ToolRequest* tools_;
+  ToolFormat format_ = ToolFormat::kGeneric;
+  bool active_ = false;
+  std::vector<std::string> start_openers_;  // only before any content
+  std::vector<std::string> openers_;        // anywhere
+  std::string pending_;   // not released yet: may start an opener
+  std::string held_;      // from an opener on
+  std::string released_;
   bool holding_ = false;
 };
 
@@ -105,7 +117,10 @@ class CallStream {
   explicit CallStream(ToolFormat f);
   // The delta entries the new text completes (possibly none).
   std::vector<nlohmann::json> Feed(const std::string& text);
-  int calls() const { return calls_; }
+  int calls() const { return calls_; }   // calls complete so far
+  // Every call begun so far, its id and name and the arguments sent; the last one may be
+  // unfinished (calls() tells).
+  const std::vector<ChatToolCall>& begun() const { return begun_; }
 
  private:
   std::string text_;          // the reply so far
@@ -116,6 +131,7 @@ class CallStream {
   size_t args_start_ = 0;     // the current call's arguments start here
   size_t sent_ = 0;           // its bytes before this were sent
   int calls_ = 0;
+  std::vector<ChatToolCall> begun_;
 };
 
 // OpenAI chat `message.tool_calls` / `delta.tool_calls` entries.

@@ -143,10 +143,33 @@ std::shared_ptr<const TokenIndex> ToyVocab(int32_t* eos) {
   return TokenIndex::Build(pieces, {*eos});
 }
 
+// TokensToEnd by its definition, from scratch: 0 final, 1 accepting, else one more than after
+// the token whose end state needs the fewest bytes (the lowest id among ties).
+int32_t BruteCost(Automaton& a, Automaton::StateId s, const TokenIndex& idx, int depth = 0) {
+  if (a.Final(s)) return 0;
+  if (a.Accepting(s)) return 1;
+  if (depth > 500) return Grammar::kFar;
+  int32_t best_m = INT32_MAX;
+  Automaton::StateId best = Automaton::kDead;
+  for (int32_t t = 0; t < idx.n_vocab(); ++t) {
+    if (idx.is_eog(t) || idx.piece(t).empty()) continue;
+    const auto n = a.Advance(s, idx.piece(t));
+    if (n == Automaton::kDead) continue;
+    if (a.MinBytesToAccept(n) < best_m) {
+      best_m = a.MinBytesToAccept(n);
+      best = n;
+    }
+  }
+  if (best == Automaton::kDead) return Grammar::kFar;
+  return std::min(Grammar::kFar, 1 + BruteCost(a, best, idx, depth + 1));
+}
+
 // Brute force: token t is allowed iff its piece keeps the state alive; EOS iff accepting; with a
-// budget, iff the state after it can still be completed in budget - 1 bytes.
+// budget, iff the turn can still end in budget - 1 tokens after it (or, when even that cannot
+// be, iff it brings the end closer).
 TokenMask BruteMask(Automaton& a, Automaton::StateId s, const TokenIndex& idx, int budget) {
   TokenMask m((idx.n_vocab() + 63) / 64, 0);
+  const int32_t allow = budget == INT_MAX ? INT32_MAX : std::max(budget - 1, BruteCost(a, s, idx) - 1);
   for (int32_t t = 0; t < idx.n_vocab(); ++t) {
     if (idx.is_eog(t)) {
       if (a.Accepting(s)) m[t >> 6] |= uint64_t{1} << (t & 63);
@@ -155,7 +178,7 @@ TokenMask BruteMask(Automaton& a, Automaton::StateId s, const TokenIndex& idx, i
     if (idx.piece(t).empty()) continue;
     const auto n = a.Advance(s, idx.piece(t));
     if (n == Automaton::kDead) continue;
-    if (budget != INT_MAX && a.MinBytesToAccept(n) > budget - 1) continue;
+    if (budget != INT_MAX && BruteCost(a, n, idx) > allow) continue;
     m[t >> 6] |= uint64_t{1} << (t & 63);
   }
   return m;
@@ -173,22 +196,22 @@ TEST(Matcher, MasksEqualBruteForceAlongRandomWalks) {
   ASSERT_TRUE(a);
   Rng rng(1);
   int ended = 0;
+  const int32_t start_cost = a->TokensToEnd(a->Start());
+  EXPECT_EQ(start_cost, BruteCost(*a, a->Start(), *idx));
   for (int walk = 0; walk < 60; ++walk) {
     Matcher m(a);
     std::string out;
-    const int budget0 = walk % 2 ? 40 : INT_MAX;
-    for (int step = 0; step < 200 && !m.done(); ++step) {
+    // Budgets from the start's cost (every walk must end in time) to unbounded.
+    const int budget0 = walk % 3 == 0 ? INT_MAX : walk % 3 == 1 ? start_cost + walk % 5 : 40;
+    const int steps = budget0 == INT_MAX ? 200 : budget0;
+    for (int step = 0; step < steps && !m.done(); ++step) {
       const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
       TokenMask mask;
       ASSERT_TRUE(m.FillMask(budget, &mask).ok());
       // The matcher's state is reached by the output so far.
       const auto s = a->Advance(a->Start(), out);
-      const TokenMask brute = BruteMask(*a, s, *idx, budget);
-      bool any_brute = false;
-      for (auto w : brute) any_brute |= w != 0;
-      if (any_brute) {
-        ASSERT_EQ(mask, brute) << "after '" << out << "' budget " << budget;
-      }
+      ASSERT_EQ(a->TokensToEnd(s), BruteCost(*a, s, *idx)) << "after '" << out << "'";
+      ASSERT_EQ(mask, BruteMask(*a, s, *idx, budget)) << "after '" << out << "' budget " << budget;
       std::vector<int32_t> allowed;
       for (int32_t t = 0; t < idx->n_vocab(); ++t)
         if (MaskHas(mask, t)) allowed.push_back(t);
@@ -198,18 +221,78 @@ TEST(Matcher, MasksEqualBruteForceAlongRandomWalks) {
       if (t == eos && step < 10 && allowed.size() > 1) t = allowed[rng.Next() % allowed.size()];
       ASSERT_TRUE(m.Accept(t).ok());
       if (t != eos) out += idx->piece(t);
+      if (m.final()) break;  // the engine stops here
     }
-    if (m.done()) {
+    if (m.done() || m.final()) {
       ++ended;
       EXPECT_TRUE(Accepts(*a, out)) << out;
     }
     if (budget0 != INT_MAX) {
-      EXPECT_TRUE(m.done() || m.accepting()) << "budget ran out with '" << out << "'";
+      EXPECT_TRUE(m.done() || m.final()) << "budget " << budget0 << " ran out with '" << out << "'";
     }
   }
   EXPECT_GT(ended, 30);
   const auto st = a->stats();
   EXPECT_GT(st.masks_cached, 0);
+}
+
+// A tool call's wrapper is long in bytes and short in tokens: a budget far below its bytes but
+// covering its tokens still ends every walk complete, and a second call is opened only when it
+// can close in time.
+TEST(Matcher, TokenBudgetClosesWhereBytesWouldNot) {
+  std::vector<std::string> pieces;
+  for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* p : {"<tool_call>", "\n{\"name\": \"weather\", \"arguments\": ", "{\"city\":\"", "\"}", "}\n</tool_call>",
+                        "Paris", "London", "ab", "\n<", "tool", "_call>"})
+    pieces.push_back(p);
+  const int32_t eos = static_cast<int32_t>(pieces.size());
+  pieces.push_back("");
+  auto idx = TokenIndex::Build(pieces, {eos});
+  ASSERT_TRUE(idx->all_bytes());
+  auto a = Make(
+      "root ::= call ( \"\\n\" call ){0,3}\n"
+      "call ::= \"<tool_call>\\n{\\\"name\\\": \\\"weather\\\", \\\"arguments\\\": \" args \"}\\n</tool_call>\"\n"
+      "args ::= \"{\\\"city\\\":\\\"\" [a-zA-Z ]{0,12} \"\\\"}\"\n",
+      idx);
+  ASSERT_TRUE(a);
+  const int32_t bytes = a->MinBytesToAccept(a->Start());
+  const int32_t cost = a->TokensToEnd(a->Start());
+  EXPECT_GT(bytes, 60);
+  EXPECT_EQ(cost, 6);  // <tool_call> \n{"name"... {"city":" "} }\n</tool_call> EOS
+  Rng rng(3);
+  int second_calls = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    const int budget0 = cost + walk % 30;
+    Matcher m(a);
+    std::string out;
+    for (int step = 0; step < budget0 && !m.done() && !m.final(); ++step) {
+      TokenMask mask;
+      ASSERT_TRUE(m.FillMask(budget0 - step, &mask).ok());
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < idx->n_vocab(); ++t)
+        if (MaskHas(mask, t)) allowed.push_back(t);
+      ASSERT_FALSE(allowed.empty()) << out;
+      const int32_t t = allowed[rng.Next() % allowed.size()];  // a model that knows no JSON
+      ASSERT_TRUE(m.Accept(t).ok());
+      if (t != eos) out += idx->piece(t);
+    }
+    ASSERT_TRUE(m.done() || m.final()) << "budget " << budget0 << " ran out with '" << out << "'";
+    EXPECT_TRUE(Accepts(*a, out)) << out;
+    second_calls += out.find("<tool_call>", 1) != std::string::npos;
+  }
+  EXPECT_GT(second_calls, 0);  // larger budgets do open more calls
+  // A budget below the cost: the output gets as close to the end as it can.
+  Matcher m(a);
+  std::string out;
+  for (int step = 0; step < cost - 1; ++step) {
+    TokenMask mask;
+    ASSERT_TRUE(m.FillMask(cost - 1 - step, &mask).ok());
+    int32_t t = 0;
+    while (!MaskHas(mask, t)) ++t;
+    ASSERT_TRUE(m.Accept(t).ok());
+    out += idx->piece(t);
+  }
+  EXPECT_EQ(m.MinBytesToAccept(), 0) << out;  // all but the end-of-generation token
 }
 
 TEST(Matcher, RefusesWhatTheGrammarDoesNot) {

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "../grammar/schema_validator.h"
+#include "grammar/grammar.h"
 #include "server/tools.h"
 #include "server_process.h"
 
@@ -237,6 +239,149 @@ TEST_F(Tools, AutoAndNoneAnswerInText) {
   }
 }
 
+// A forced call that fits the budget in tokens (though not in bytes: the call's wrapper is ~70
+// bytes) always completes within max_tokens, leaks no markup, and does not open a call it cannot
+// close. Before the budget counted tokens, seeds ran out inside the closing tag ("</t" as
+// content) or inside the call (finish_reason "length", no tool_calls).
+Json SmallWeather() {
+  return Json::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":12}},"required":["city"],"additionalProperties":false})");
+}
+
+TEST_F(Tools, ForcedCallCompletesWithinMaxTokens) {
+  Client c(server_->port());
+  const Json tools = Json::array({{{"type", "function"}, {"function", {{"name", "weather"}, {"parameters", SmallWeather()}}}}});
+  for (int seed = 1; seed <= 8; ++seed) {
+    const std::string what = "seed " + std::to_string(seed);
+    Json body = {{"messages", UserAsks()}, {"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 60},
+                 {"seed", seed}, {"temperature", 1}};
+    Json j = c.Ok("/v1/chat/completions", body);
+    const Json& ch = j["choices"][0];
+    ASSERT_EQ(ch["finish_reason"], "tool_calls") << what << ": " << j.dump();
+    EXPECT_TRUE(ch["message"]["content"].is_null()) << what << ": " << j.dump();
+    EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 60);
+    for (const Json& call : ch["message"]["tool_calls"]) {
+      OJ v = OJ::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+      ASSERT_TRUE(v.is_object() && v["city"].is_string()) << what << ": " << call.dump();
+    }
+    if (seed <= 3) {  // streamed: the same calls, no content
+      body["stream"] = true;
+      auto r = c.Post("/v1/chat/completions", body);
+      ASSERT_TRUE(r && r->status == 200);
+      std::string finish, content;
+      int headers = 0;
+      for (const Json& ev : Events(r->body)) {
+        if (ev["choices"].empty()) continue;
+        const Json& d = ev["choices"][0]["delta"];
+        if (ev["choices"][0]["finish_reason"].is_string()) finish = ev["choices"][0]["finish_reason"];
+        if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+        if (d.contains("tool_calls")) headers += d["tool_calls"][0].contains("id");
+      }
+      EXPECT_EQ(finish, "tool_calls") << what;
+      EXPECT_EQ(content, "") << what;
+      EXPECT_EQ(static_cast<size_t>(headers), ch["message"]["tool_calls"].size()) << what;
+    }
+  }
+  // Too few tokens for any call: cut, and still no markup as content.
+  Json j = c.Ok("/v1/chat/completions", {{"messages", UserAsks()}, {"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 5}, {"seed", 1}});
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length") << j.dump();
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls")) << j.dump();
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null() || j["choices"][0]["message"]["content"] == "") << j.dump();
+}
+
+// Responses: the same request completes (a call, status "completed"), so that clients run the
+// tool; with parallel_tool_calls false, exactly one call. Streamed, the call's item and its
+// arguments go out as they are generated (one delta per token, not 16-byte pieces at the end).
+TEST_F(Tools, ResponsesForcedCallCompletesWithinMaxOutputTokens) {
+  Client c(server_->port());
+  const Json tools = Json::array({{{"type", "function"}, {"name", "weather"}, {"parameters", SmallWeather()}}});
+  for (int seed = 1; seed <= 6; ++seed) {
+    const std::string what = "seed " + std::to_string(seed);
+    Json body = {{"input", "Weather in Paris?"}, {"tools", tools}, {"tool_choice", "required"}, {"max_output_tokens", 60},
+                 {"seed", seed}, {"parallel_tool_calls", seed % 2 == 0}};
+    Json r = c.Ok("/v1/responses", body);
+    ASSERT_EQ(r["status"], "completed") << what << ": " << r.dump();
+    ASSERT_GE(r["output"].size(), 1u);
+    if (seed % 2) {
+      EXPECT_EQ(r["output"].size(), 1u) << what << ": parallel_tool_calls false";
+    }
+    for (const Json& item : r["output"]) ASSERT_EQ(item["type"], "function_call") << what << ": " << r.dump();
+  }
+  Json body = {{"input", "Weather in Paris?"}, {"tools", tools}, {"tool_choice", "required"}, {"max_output_tokens", 60},
+               {"seed", 2}, {"stream", true}};
+  auto r = c.Post("/v1/responses", body);
+  ASSERT_TRUE(r && r->status == 200);
+  std::vector<std::string> types;
+  std::string args;
+  int deltas = 0;
+  Json final_resp;
+  for (const Json& ev : Events(r->body)) {
+    const std::string type = ev["type"];
+    types.push_back(type);
+    if (type == "response.function_call_arguments.delta" && ev["output_index"] == 0) {
+      args += ev["delta"].get<std::string>();
+      deltas++;
+    }
+    if (type == "response.completed" || type == "response.incomplete") final_resp = ev["response"];
+  }
+  ASSERT_EQ(final_resp["status"], "completed") << r->body;
+  const std::string want = final_resp["output"][0]["arguments"];
+  EXPECT_EQ(args, want);
+  EXPECT_GT(deltas, static_cast<int>((want.size() + 15) / 16)) << r->body;
+  // added, then deltas, then done, then the next call or the end.
+  const auto at = [&](const std::string& t) { return std::find(types.begin(), types.end(), t) - types.begin(); };
+  EXPECT_LT(at("response.output_item.added"), at("response.function_call_arguments.delta"));
+  EXPECT_LT(at("response.function_call_arguments.delta"), at("response.function_call_arguments.done"));
+}
+
+// Under auto, text and then a call (here written by a grammar, as a model that knows tools would):
+// the call is found and the text is the content, whole and streamed, on both APIs.
+TEST_F(Tools, AutoFindsACallAfterText) {
+  Client c(server_->port());
+  const std::string reply = "Let me check.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>";
+  const std::string grammar = "root ::= " + grammar::Literal(reply);
+  Json body = {{"messages", UserAsks()}, {"tools", ChatTools()}, {"tool_choice", "auto"}, {"max_tokens", 120}, {"grammar", grammar}};
+  Json j = c.Ok("/v1/chat/completions", body);
+  const Json& m = j["choices"][0]["message"];
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j.dump();
+  EXPECT_EQ(m["content"], "Let me check.") << j.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u) << j.dump();
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"UTC\"}");
+  body["stream"] = true;
+  auto r = c.Post("/v1/chat/completions", body);
+  ASSERT_TRUE(r && r->status == 200);
+  std::string content, finish, name, args;
+  for (const Json& ev : Events(r->body)) {
+    if (ev["choices"].empty()) continue;
+    const Json& ch = ev["choices"][0];
+    if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+    if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) content += ch["delta"]["content"].get<std::string>();
+    if (!ch["delta"].contains("tool_calls")) continue;
+    const Json& d = ch["delta"]["tool_calls"][0];
+    if (d.contains("id")) name = d["function"]["name"];
+    args += d["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(finish, "tool_calls") << r->body;
+  EXPECT_EQ(content, "Let me check.\n") << r->body;  // streamed as it came, up to the call
+  EXPECT_EQ(name, "get_time");
+  EXPECT_EQ(args, "{\"zone\": \"UTC\"}");
+  // Responses, streamed: a message item with the text, then the function_call item.
+  Json rb = {{"input", "Time?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 120}, {"grammar", grammar}, {"stream", true}};
+  auto rr = c.Post("/v1/responses", rb);
+  ASSERT_TRUE(rr && rr->status == 200);
+  std::string text;
+  Json final_resp;
+  for (const Json& ev : Events(rr->body)) {
+    if (ev["type"] == "response.output_text.delta") text += ev["delta"].get<std::string>();
+    if (ev["type"] == "response.completed") final_resp = ev["response"];
+  }
+  ASSERT_EQ(final_resp["output"].size(), 2u) << rr->body;
+  EXPECT_EQ(final_resp["output"][0]["type"], "message");
+  EXPECT_EQ(final_resp["output"][0]["content"][0]["text"], text);  // what streamed is what is stored
+  EXPECT_EQ(final_resp["output"][1]["type"], "function_call");
+  EXPECT_EQ(final_resp["output"][1]["name"], "get_time");
+}
+
 TEST_F(Tools, BadToolRequestsAre400WithParam) {
   Client c(server_->port());
   auto expect_400 = [&](const std::string& path, Json body, const std::string& param) {
@@ -267,6 +412,29 @@ TEST_F(Tools, BadToolRequestsAre400WithParam) {
   expect_400("/v1/responses", {{"input", "hi"}, {"tools", ResponsesTools()}, {"tool_choice", {{"type", "function"}, {"name", "nope"}}}},
              "tool_choice.name");
   expect_400("/v1/responses", {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}}}, "input[0].arguments");
+}
+
+// The parser never returns cut-off markup as content, and finds calls after text.
+TEST(ParseToolCalls, DropsCutMarkupAndFindsCallsAfterText) {
+  const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1}}\n</tool_call>";
+  for (const std::string tail : {"\n</t", "\n<", "\n</tool_call", "\n<tool_call>\n{\"name\": \"f\", \"argu"}) {
+    const ParsedToolCalls p = ParseToolCalls(ToolFormat::kHermes, call + tail);
+    ASSERT_EQ(p.calls.size(), 1u) << tail;
+    EXPECT_EQ(p.content, "") << tail;
+  }
+  ParsedToolCalls cut = ParseToolCalls(ToolFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":");
+  EXPECT_TRUE(cut.calls.empty());
+  EXPECT_EQ(cut.content, "");
+  ParsedToolCalls after = ParseToolCalls(ToolFormat::kHermes, "Let me check.\n" + call + "\n" + call);
+  EXPECT_EQ(after.calls.size(), 2u);
+  EXPECT_EQ(after.content, "Let me check.");
+  EXPECT_EQ(ParseToolCalls(ToolFormat::kHermes, "a < b").content, "a < b");
+  ParsedToolCalls ll = ParseToolCalls(ToolFormat::kLlama3, "Sure.<|python_tag|>{\"name\": \"f\", \"parameters\": {}}");
+  ASSERT_EQ(ll.calls.size(), 1u);
+  EXPECT_EQ(ll.content, "Sure.");
+  ParsedToolCalls mi = ParseToolCalls(ToolFormat::kMistral, "Sure. [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]");
+  ASSERT_EQ(mi.calls.size(), 1u);
+  EXPECT_EQ(mi.content, "Sure.");
 }
 
 // The chat stream of forced calls: the header once the name is whole, the arguments as they come.
