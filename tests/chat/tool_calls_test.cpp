@@ -50,12 +50,16 @@ TEST(ParseToolCalls, Hermes) {
   p = ParseToolCalls(ToolFormat::kHermes, "<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}</tool_call>");
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(p.calls[0].arguments, "{\"x\":1}");
-  // Not calls: plain text, broken JSON, a call without a name.
-  for (const char* text : {"Once upon a time", "<tool_call>{\"name\": \"f\", \"arguments\": {", "<tool_call>{\"arguments\": {}}</tool_call>"}) {
+  // Not calls: plain text, a call without a name.
+  for (const char* text : {"Once upon a time", "<tool_call>{\"arguments\": {}}</tool_call>"}) {
     p = ParseToolCalls(ToolFormat::kHermes, text);
     EXPECT_TRUE(p.calls.empty()) << text;
     EXPECT_EQ(p.content, text);
   }
+  // A call the output was cut inside is markup, not content: dropped.
+  p = ParseToolCalls(ToolFormat::kHermes, "Hm. <tool_call>{\"name\": \"f\", \"arguments\": {");
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, "Hm. ");
 }
 
 TEST(ParseToolCalls, Llama3) {
