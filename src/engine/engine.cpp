@@ -500,20 +500,7 @@ EngineStats Engine::Stats() {
   return st;
 }
 
-Status Engine::CheckAdmission() const {
-  const int waiting = wait_.waiting();
-  if (waiting >= config_.max_waiting) {
-    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %d turns wait", waiting);
-  }
-  if (config_.max_queue_s > 0) {
-    const double wait = wait_.Estimate(Now());
-    if (wait > config_.max_queue_s) {
-      return MakeError(StatusCode::kResourceExhausted, "a turn would wait about %.1f s for admission (the bound is %.1f s)",
-                       wait, config_.max_queue_s);
-    }
-  }
-  return Status::Ok();
-}
+Status Engine::CheckAdmission() const { return LoadAllows(static_cast<size_t>(std::max(wait_.waiting(), 0))); }
 
 QueueState Engine::Queue() const {
   QueueState q;
@@ -578,7 +565,7 @@ Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_se
       Status st = Status::Ok();
       if (new_session) {
         // The load checks first: a refused turn leaves no session behind.
-        st = LoadAllows();
+        st = LoadAllows(waiting_.size());
         if (st.ok() && sessions_.count(id)) {
           st = MakeError(StatusCode::kAlreadyExists, "session %lld already exists", static_cast<long long>(id));
         }
@@ -611,14 +598,14 @@ Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_se
   return handle;
 }
 
-Status Engine::LoadAllows() const {
-  if (static_cast<int>(waiting_.size()) >= config_.max_waiting) {
-    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting_.size());
+Status Engine::LoadAllows(size_t waiting) const {
+  if (waiting >= static_cast<size_t>(std::max(config_.max_waiting, 0))) {
+    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting);
   }
   if (config_.max_queue_s > 0) {
     const double wait = wait_.Estimate(Now());
     if (wait > config_.max_queue_s) {
-      return MakeError(StatusCode::kResourceExhausted, "the turn would wait about %.1f s for admission (the bound is %.1f s)",
+      return MakeError(StatusCode::kResourceExhausted, "a turn would wait about %.1f s for admission (the bound is %.1f s)",
                        wait, config_.max_queue_s);
     }
   }
@@ -627,7 +614,7 @@ Status Engine::LoadAllows() const {
 
 Status Engine::Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted) {
   // Load first: a refused turn costs nothing more. The queue here is exact (engine thread).
-  MNEMO_TRY(LoadAllows());
+  MNEMO_TRY(LoadAllows(waiting_.size()));
   auto it = sessions_.find(req.session);
   if (it == sessions_.end()) {
     return MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(req.session));

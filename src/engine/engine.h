@@ -282,8 +282,10 @@ class Engine {
   Result<std::optional<SessionId>> MintSessionId();
   // next_session_ = max(next_session_, n).
   void RaiseNextSessionId(SessionId n);
-  // The queue's room and the wait bound, exactly (engine thread): kResourceExhausted or Ok.
-  Status LoadAllows() const;
+  // The queue's room for one more turn when `waiting` turns wait, and the wait bound:
+  // kResourceExhausted or Ok. Exact on the engine thread with waiting_.size(); CheckAdmission passes
+  // the counter other threads read.
+  Status LoadAllows(size_t waiting) const;
   // Submit's decision on the engine thread: queues the turn on `handle` or says why not.
   Status Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted);
   // sessions_ gained or lost id (engine thread): kept in live_ for the callers' threads.

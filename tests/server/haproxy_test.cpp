@@ -32,21 +32,6 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-int FreePort() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(s);
-  return port;
-}
-
 // HAProxy on deploy/haproxy.cfg, one `server rI 127.0.0.1:PORT` line appended per replica, its
 // front on a free port. It dies with the test process (PR_SET_PDEATHSIG).
 class Front {
@@ -69,7 +54,7 @@ class Front {
     std::ofstream(cfg_path) << cfg.str();
     log_path_ = log_path;
     for (int attempt = 0; attempt < 3 && port_ == 0; ++attempt) {  // a port taken meanwhile: another
-      const int port = FreePort();
+      const int port = testing_util::FreeLoopbackPort();
       pid_ = fork();
       if (pid_ == 0) {
         int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);

@@ -38,6 +38,22 @@
 
 namespace mnemo::testing_util {
 
+// A TCP port on 127.0.0.1 free at the time of the call (bound to port 0 and released).
+inline int FreeLoopbackPort() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(s);
+  return port;
+}
+
 // Runs one statement on the database at url; false (message on stderr) on failure.
 inline bool PgExec(const std::string& url, const std::string& sql) {
   PGconn* c = PQconnectdb(url.c_str());
@@ -100,21 +116,6 @@ class PgServer {
  private:
   PgServer() = default;
 
-  static int FreePort() {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-        getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      port = ntohs(a.sin_port);
-    }
-    close(s);
-    return port;
-  }
 
   // fork + exec argv as `uid` (when running as root), stdout/stderr to log; returns the pid.
   static pid_t Spawn(const std::vector<std::string>& args, const std::string& log, const std::string& cwd,
@@ -203,7 +204,7 @@ class PgServer {
       return nullptr;
     }
     for (int attempt = 0; attempt < 3; ++attempt) {  // a port taken between probe and bind: retry
-      const int port = FreePort();
+      const int port = FreeLoopbackPort();
       s->base_ = "postgresql://mnemo@127.0.0.1:" + std::to_string(port);
       s->pid_ = Spawn({bin + "/postgres", "-D", data, "-p", std::to_string(port), "-k", s->dir_, "-c",
                        "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c",
