@@ -196,7 +196,9 @@ void BenchCrossover(double budget) {
         detail::GemvBf16Avx512(wb.data(), bs, xb.data(), n, b * 64, std::min(s.out, b * 64 + 64), y.data(), s.out);
     };
     double tg = GetCpuFeatures().avx512_bf16 ? TimeIt(gemv, budget) : NAN;
-    double td = TimeIt([&] { detail::DnnlMatmulBf16(wb.data(), bs, xb.data(), n, y.data()); }, budget);
+    double td = detail::DnnlBf16Supported()
+                    ? TimeIt([&] { detail::DnnlMatmulBf16(wb.data(), bs, xb.data(), n, y.data()); }, budget)
+                    : NAN;
     auto gemv_f32 = [&] {
 #pragma omp parallel for num_threads(nt) schedule(static)
       for (int b = 0; b < s.out / 64; b++)

@@ -38,6 +38,7 @@ struct Dispatch {
   decltype(&F32ToBf16Ref) to_bf16 = F32ToBf16Ref;
   decltype(&GemvQRef) gemv_q = GemvQRef;
   decltype(&QuantizeActS8Ref) quant_s8 = QuantizeActS8Ref;
+  bool dnnl_bf16 = false;  // oneDNN's bf16 GEMM runs here; else the bf16 GEMV takes every n
 };
 
 const Dispatch& Kernels() {
@@ -56,6 +57,7 @@ const Dispatch& Kernels() {
       k.gemv_q8 = GemvQ8Avx512;
       k.gemv_q = GemvQAvx512;
     }
+    k.dnnl_bf16 = DnnlBf16Supported();
     return k;
   }();
   return d;
@@ -201,7 +203,7 @@ void Linear::Forward(const float* x, int n, float* y) const {
       std::fill(xb_w + size_t(j) * s.in_pad + m.in, xb_w + size_t(j + 1) * s.in_pad, uint16_t(0));
     }
   });
-  if (n <= kGemvMaxRowsBf16) {
+  if (n <= kGemvMaxRowsBf16 || !k.dnnl_bf16) {
     ParallelRows(m.out, kBf16TileOut, [&](int o0, int o1) {
       k.gemv_bf16(m.bf16.as<uint16_t>(), s, xb_w, n, o0, o1, y, m.out);
     });

@@ -122,6 +122,22 @@ void Run(int type, const void* w, int out, int in, const void* x, int ldx, size_
 
 }  // namespace
 
+bool DnnlBf16Supported() {
+  static const bool supported = [] {
+    using dims = dnnl::memory::dims;
+    const dnnl::memory::desc src(dims{16, 64}, dt::bf16, tag::ab);
+    const dnnl::memory::desc wei(dims{64, 64}, dt::bf16, tag::BA16a64b2a);
+    const dnnl::memory::desc dst(dims{16, 64}, dt::f32, tag::ab);
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), Engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return supported;
+}
+
 void DnnlMatmulBf16(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int m, float* y) {
   Run(1, w, s.out, s.in, x, s.in_pad, 2, m, y);
 }

@@ -8,8 +8,12 @@
 
 namespace mnemo::kernels::detail {
 
+// Whether oneDNN has a bf16 matmul for this CPU (oneDNN 2.6 needs AVX-512; on an AVX2-only CPU
+// creating the primitive throws). Probed once; thread-safe.
+bool DnnlBf16Supported();
+
 // w: BA16a64b2a bf16 weights (gemv.h) of shape s; x: [m, s.in_pad] bf16 (zero padded columns);
-// y: [m, s.out] f32. m >= 1.
+// y: [m, s.out] f32. m >= 1. Requires DnnlBf16Supported().
 void DnnlMatmulBf16(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int m, float* y);
 
 // w: row-major [out, in] f32; x: [m, in] f32; y: [m, out] f32.
