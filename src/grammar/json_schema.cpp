@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <string_view>
 
 #include "grammar/grammar.h"
 
@@ -47,6 +48,19 @@ const char* const kUnsupported[] = {
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", "additionalItems",
 };
+
+// A `propertyNames` schema every member name satisfies (names are strings): `true`, `{}` or
+// `{"type": "string"}` with annotations, what zod writes for every z.record(z.string(), ...).
+bool AnyPropertyName(const OrderedJson& p) {
+  if (p.is_boolean()) return p.get<bool>();
+  if (!p.is_object()) return false;
+  for (const auto& [k, v] : p.items()) {
+    if (k == "type" && v == "string") continue;
+    if (k == "$schema" || k == "title" || k == "description") continue;
+    return false;
+  }
+  return true;
+}
 
 Error Unsupported(const std::string& path, const std::string& what) {
   return MakeError(StatusCode::kInvalidArgument, "schema at '%s': %s", path.empty() ? "/" : path.c_str(), what.c_str());
@@ -225,6 +239,7 @@ Result<std::string> SchemaCompiler::Visit(const OrderedJson& s, const std::strin
   }
   if (!s.is_object()) return Unsupported(path, "a schema must be an object or a boolean");
   for (const char* k : kUnsupported) {
+    if (k == std::string_view("propertyNames") && s.contains(k) && AnyPropertyName(s[k])) continue;
     if (s.contains(k)) return Unsupported(path + "/" + k, std::string("the keyword '") + k + "' is not supported");
   }
   if (s.contains("$ref")) {

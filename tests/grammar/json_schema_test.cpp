@@ -54,6 +54,10 @@ const std::vector<J>& Schemas() {
         "definitions": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
           "kids": {"type": "array", "items": {"$ref": "#/definitions/node"}, "maxItems": 2}}, "required": ["v"], "additionalProperties": false}}})"),
       J::parse(R"({"type": "array", "items": {"type": ["string", "number", "boolean"]}, "maxItems": 4})"),
+      // zod 4's z.record(z.string(), ...): a map whose propertyNames constrain nothing.
+      J::parse(R"({"type": "object", "properties": {"r": {"type": "object", "propertyNames": {"type": "string"},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}}}, "required": ["r"],
+        "additionalProperties": false})"),
       J::parse(R"({"type": "object"})"),
   };
   return schemas;
@@ -144,6 +148,11 @@ TEST(JsonSchema, UnsupportedKeywordsNameTheirLocation) {
   EXPECT_NE(err(R"({"type": "object", "required": ["x"], "additionalProperties": false})").find("not in properties"), std::string::npos);
   EXPECT_EQ(err(R"({"type": "string", "format": "email", "title": "t", "description": "d", "examples": ["a"]})"), "ok");
   EXPECT_EQ(err("true"), "ok");
+  // propertyNames only when every name passes (names are strings).
+  EXPECT_EQ(err(R"({"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {"type": "integer"}})"), "ok");
+  EXPECT_EQ(err(R"({"type": "object", "propertyNames": {}})"), "ok");
+  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"type": "string", "maxLength": 3}})").find("'/propertyNames'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"enum": ["a"]}})").find("'/propertyNames'"), std::string::npos);
 }
 
 }  // namespace
