@@ -21,7 +21,7 @@ if ((${#missing[@]})); then
 fi
 
 # npm packages, pinned by their package-lock.json: uPlot for the status page (embedded at build
-# time), the official OpenAI client and playwright-core for the tests.
+# time), the npm clients (openai, ai, @langchain/openai) and playwright-core for the tests.
 for d in src/web tests/server/js tests/web; do
   (cd "$d" && npm ci --no-audit --no-fund --loglevel=error)
 done
