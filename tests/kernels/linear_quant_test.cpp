@@ -139,12 +139,12 @@ TEST(CpuLinearQuant, SameResultWithOneThread) {
   }
 }
 
-// The portable kernels (taken on CPUs without AVX-512 and under MNEMO_KERNELS_PORTABLE) against
-// the AVX-512 ones, on the same packed weights.
-TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
-  const CpuFeatures& f = GetCpuFeatures();
-  if (!f.avx512f || !f.avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI";
-  Rng rng(12);
+// The portable block kernels against a SIMD family's (quantiser and GEMV), on the same packed
+// weights; n = 5 rows (row groups of 4 and 1 on AVX2, of 5 on AVX-512), 40 outputs (a cut panel).
+using QuantizeFn = void (*)(const float*, int, int, int8_t*, detail::QActBlock*);
+using GemvQFn = void (*)(const uint8_t*, const detail::QPacked&, const detail::QActs&, int, int, int, float*, int);
+void ExpectPortableMatches(QuantizeFn quantize, GemvQFn gemv, uint64_t seed) {
+  Rng rng(seed);
   for (DType t : kQTypes) {
     const int out = 40, in = 2 * DTypeBlockElems(t), n = 5;
     Weights w = RandomWeights(t, out, in, rng);
@@ -157,7 +157,7 @@ TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
     std::vector<int8_t> q1(size_t(n) * in), q2(size_t(n) * in);
     std::vector<detail::QActBlock> b1(n * in / 32), b2(n * in / 32);
     detail::QuantizeActS8Ref(x.data(), n, in, q1.data(), b1.data());
-    detail::QuantizeActS8Avx512(x.data(), n, in, q2.data(), b2.data());
+    quantize(x.data(), n, in, q2.data(), b2.data());
     EXPECT_EQ(q1, q2) << DTypeName(t);
     for (size_t i = 0; i < b1.size(); i++) {
       EXPECT_EQ(b1[i].dx, b2[i].dx);
@@ -170,7 +170,7 @@ TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
     const detail::QActs acts{q1.data(), b1.data()};
     std::vector<float> y1(size_t(n) * out), y2(size_t(n) * out);
     detail::GemvQRef(packed.data(), s, acts, n, 0, out, y1.data(), out);
-    detail::GemvQAvx512(packed.data(), s, acts, n, 0, out, y2.data(), out);
+    gemv(packed.data(), s, acts, n, 0, out, y2.data(), out);
     // The two differ in f32 summation order only: bound by the largest output (terms cancel,
     // so a single output can be far smaller than the terms that made it).
     double ymax = 0;
@@ -179,6 +179,20 @@ TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
       EXPECT_NEAR(y1[i], y2[i], 1e-5 * ymax) << DTypeName(t) << " i=" << i;
     }
   }
+}
+
+// The portable kernels (taken on CPUs without AVX2 and under MNEMO_KERNELS=portable) against
+// the AVX-512 ones and the AVX2 ones, where the CPU has them.
+TEST(CpuLinearQuantKernels, PortableMatchesAvx512) {
+  const CpuFeatures& f = GetCpuFeatures();
+  if (!f.avx512f || !f.avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI";
+  ExpectPortableMatches(detail::QuantizeActS8Avx512, detail::GemvQAvx512, 12);
+}
+
+TEST(CpuLinearQuantKernels, PortableMatchesAvx2) {
+  const CpuFeatures& f = GetCpuFeatures();
+  if (!f.avx2 || !f.fma || !f.f16c) GTEST_SKIP() << "no AVX2 + FMA + F16C";
+  ExpectPortableMatches(detail::QuantizeActS8Avx2, detail::GemvQAvx2, 13);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
+#include "random_blocks.h"
 
 namespace mnemo::kernels {
 namespace {
@@ -325,6 +326,61 @@ TEST(CpuLinearKernels, PortableMatchesAvx512) {
     detail::QuantizeActQ8Ref(x.data(), n, in, xq.data(), xd.data());
     detail::GemvQ8Ref(packed.data(), s, xq.data(), xd.data(), n, 0, out, y1.data(), out);
     detail::GemvQ8Avx512(packed.data(), s, xq.data(), xd.data(), n, 0, out, y2.data(), out);
+    close(1e-5);
+  }
+}
+
+// The portable kernels against the AVX2 ones (taken on CPUs with AVX2 but no AVX-512; any
+// AVX-512 CPU has AVX2 too, so this runs there as well). Shapes with partial tiles and tails:
+// 100 outputs (64- and 16-output blocks cut), f32 inputs not a multiple of 8, and 1 row (the
+// single-pass bf16 kernel) as well as several (the row-group ones).
+TEST(CpuLinearKernels, PortableMatchesAvx2) {
+  const CpuFeatures& f = GetCpuFeatures();
+  if (!f.avx2 || !f.fma || !f.f16c) GTEST_SKIP() << "no AVX2 + FMA + F16C";
+  Rng rng(11);
+  const int out = 100, in = 96;
+  for (int n : {1, 3, 7}) {
+    std::vector<float> x = RandomVec(size_t(n) * in, rng);
+    std::vector<float> y1(size_t(n) * out), y2(size_t(n) * out);
+    auto close = [&](double tol) {
+      for (size_t i = 0; i < y1.size(); i++) EXPECT_NEAR(y1[i], y2[i], tol * (1 + std::fabs(y1[i]))) << "n=" << n;
+    };
+    for (int fin : {in, 101}) {  // 101: a masked tail of 5
+      std::vector<float> xf = RandomVec(size_t(n) * fin, rng);
+      Weights w = MakeWeights(DType::F32, out, fin, rng);
+      detail::GemvF32Ref(w.exact.data(), fin, xf.data(), n, 0, out, y1.data(), out);
+      detail::GemvF32Avx2(w.exact.data(), fin, xf.data(), n, 0, out, y2.data(), out);
+      close(1e-5);
+    }
+    std::vector<uint16_t> b1(x.size() + 5), b2(x.size() + 5);
+    std::vector<float> xs = x;
+    xs.insert(xs.end(), {1e30f, -0.0f, NAN, 3.0f, 1.0f / 3});
+    detail::F32ToBf16Ref(xs.data(), b1.data(), xs.size());
+    detail::F32ToBf16Avx2(xs.data(), b2.data(), xs.size());
+    EXPECT_EQ(b1, b2);
+    std::vector<uint8_t> q1(size_t(n) * in), q2(size_t(n) * in);
+    std::vector<float> d1(n * in / 32), d2(n * in / 32);
+    detail::QuantizeActQ8Ref(x.data(), n, in, q1.data(), d1.data());
+    detail::QuantizeActQ8Avx2(x.data(), n, in, q2.data(), d2.data());
+    EXPECT_EQ(q1, q2);
+    EXPECT_EQ(d1, d2);
+
+    Weights w = MakeWeights(DType::F32, out, in, rng);
+    detail::Bf16Blocked bs = detail::Bf16Shape(out, in);
+    std::vector<uint16_t> wb(size_t(bs.out_pad) * bs.in_pad), xb(size_t(n) * bs.in_pad);
+    detail::PackBf16Blocked(DType::F32, w.exact.data(), bs, wb.data());
+    for (int j = 0; j < n; j++) detail::F32ToBf16Ref(x.data() + j * in, xb.data() + j * bs.in_pad, in);
+    detail::GemvBf16Ref(wb.data(), bs, xb.data(), n, 0, out, y1.data(), out);
+    detail::GemvBf16Avx2(wb.data(), bs, xb.data(), n, 0, out, y2.data(), out);
+    close(1e-5);
+
+    // Every int8 pattern, -128 included (|w| = 128 still fits vpmaddubsw's unsigned operand).
+    std::vector<uint8_t> raw = RandomBlocks(DType::Q8_0, out, in, rng);
+    detail::Q8Packed s{out, in, (out + 15) / 16 * 16};
+    std::vector<uint8_t> packed(size_t(s.out_pad / 16) * (in / 32) * detail::kQ8RecordBytes);
+    detail::PackQ8(reinterpret_cast<const BlockQ8_0*>(raw.data()), s, packed.data());
+    detail::GemvQ8Ref(packed.data(), s, q1.data(), d1.data(), n, 0, out, y1.data(), out);
+    detail::GemvQ8Avx2(packed.data(), s, q1.data(), d1.data(), n, 0, out, y2.data(), out);
     close(1e-5);
   }
 }

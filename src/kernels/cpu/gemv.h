@@ -1,6 +1,7 @@
 // Internal to src/kernels/cpu: weight layouts and the row-range kernels behind Linear.
-// Each kernel exists as a portable version (gemv_ref.cpp) and an AVX-512 version (gemv_avx512.cpp,
-// compiled with AVX-512 flags; call only when GetCpuFeatures() says so).
+// Each kernel exists as a portable version (gemv_ref.cpp), an AVX-512 version (gemv_avx512.cpp,
+// compiled with AVX-512 flags) and an AVX2 + FMA + F16C one (gemv_avx2.cpp); call the SIMD ones
+// only when GetCpuFeatures() says so.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,8 @@ void GemvBf16Avx512(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, 
 // The same for AVX-512F CPUs without AVX512-BF16 (bf16 widened by shifts, f32 FMAs).
 void GemvBf16Avx512NoBf16(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n,
                           int o0, int o1, float* y, int ldy);
+void GemvBf16Avx2(const uint16_t* w, const Bf16Blocked& s, const uint16_t* x, int n, int o0, int o1,
+                  float* y, int ldy);
 
 // --- q8_0 weights, repacked for VNNI -------------------------------------------------------------
 // Panels of 16 outputs; per panel and per 32-input block one 576-byte record:
@@ -59,22 +62,27 @@ void PackQ8(const BlockQ8_0* src, const Q8Packed& s, uint8_t* dst);
 // x: [n, in] f32 -> xq: [n, in] uint8, xd: [n, in / 32] f32.
 void QuantizeActQ8Ref(const float* x, int n, int in, uint8_t* xq, float* xd);
 void QuantizeActQ8Avx512(const float* x, int n, int in, uint8_t* xq, float* xd);
+void QuantizeActQ8Avx2(const float* x, int n, int in, uint8_t* xq, float* xd);
 
 // y[j, o] = sum_blocks d_w * d_x * (sum_k xq*q - 128 sum_k q), o in [o0, o1) (o0 a multiple of 16).
 void GemvQ8Ref(const uint8_t* w, const Q8Packed& s, const uint8_t* xq, const float* xd, int n,
                int o0, int o1, float* y, int ldy);
 void GemvQ8Avx512(const uint8_t* w, const Q8Packed& s, const uint8_t* xq, const float* xd, int n,
                   int o0, int o1, float* y, int ldy);
+void GemvQ8Avx2(const uint8_t* w, const Q8Packed& s, const uint8_t* xq, const float* xd, int n, int o0,
+                int o1, float* y, int ldy);
 
 // --- f32 weights, plain row-major [out, in] -------------------------------------------------------
 // y[j, o] = sum_k x[j, k] w[o, k], o in [o0, o1). x: [n, in]; y: row stride ldy.
 void GemvF32Ref(const float* w, int in, const float* x, int n, int o0, int o1, float* y, int ldy);
 void GemvF32Avx512(const float* w, int in, const float* x, int n, int o0, int o1, float* y,
                    int ldy);
+void GemvF32Avx2(const float* w, int in, const float* x, int n, int o0, int o1, float* y, int ldy);
 
 // --- conversions ---------------------------------------------------------------------------------
 // dst[i] = bf16(src[i]), round to nearest even.
 void F32ToBf16Ref(const float* src, uint16_t* dst, size_t n);
 void F32ToBf16Avx512(const float* src, uint16_t* dst, size_t n);
+void F32ToBf16Avx2(const float* src, uint16_t* dst, size_t n);
 
 }  // namespace mnemo::kernels::detail

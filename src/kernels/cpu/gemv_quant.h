@@ -102,6 +102,7 @@ struct QActs {
 // x: [n, in] f32 -> q [n, in], b [n, in / 32]; in a multiple of 32.
 void QuantizeActS8Ref(const float* x, int n, int in, int8_t* q, QActBlock* b);
 void QuantizeActS8Avx512(const float* x, int n, int in, int8_t* q, QActBlock* b);
+void QuantizeActS8Avx2(const float* x, int n, int in, int8_t* q, QActBlock* b);
 
 // y[j, o] = sum_k w[o, k] x[j, k] over the quantised activations, for j < n and o in [o0, o1)
 // (o0 a multiple of 16); y has row stride ldy.
@@ -110,5 +111,8 @@ void GemvQRef(const uint8_t* w, const QPacked& s, const QActs& x, int n, int o0,
 // Needs AVX512-BW and AVX512-VNNI.
 void GemvQAvx512(const uint8_t* w, const QPacked& s, const QActs& x, int n, int o0, int o1,
                  float* y, int ldy);
+// Needs AVX2 (vpmaddubsw: the codes are at most 6 bits, or signed for IQ4_*, so no pair saturates).
+void GemvQAvx2(const uint8_t* w, const QPacked& s, const QActs& x, int n, int o0, int o1, float* y,
+               int ldy);
 
 }  // namespace mnemo::kernels::detail

@@ -45,6 +45,15 @@ const Dispatch& Kernels() {
   static const Dispatch d = [] {
     Dispatch k;
     const CpuFeatures& f = KernelFeatures();
+    if (UseAvx2Kernels(f)) {
+      k.gemv_f32 = GemvF32Avx2;
+      k.to_bf16 = F32ToBf16Avx2;
+      k.gemv_bf16 = GemvBf16Avx2;
+      k.quant_q8 = QuantizeActQ8Avx2;
+      k.gemv_q8 = GemvQ8Avx2;
+      k.quant_s8 = QuantizeActS8Avx2;
+      k.gemv_q = GemvQAvx2;
+    }
     if (f.avx512f) {
       k.gemv_f32 = GemvF32Avx512;
       k.to_bf16 = F32ToBf16Avx512;
