@@ -1,4 +1,5 @@
-// Portable GeLU-tanh and soft-cap kernels, and the dispatch to activation_avx512.cpp.
+// Portable GeLU-tanh and soft-cap kernels, and the dispatch to activation_avx512.cpp and
+// activation_avx2.cpp.
 #include "kernels/cpu/activation.h"
 
 #include <cmath>
@@ -16,6 +17,11 @@ bool UseAvx512() {
   return yes;
 }
 
+bool UseAvx2() {
+  static const bool yes = detail::UseAvx2Kernels(detail::KernelFeatures());
+  return yes;
+}
+
 }  // namespace
 
 float GeluTanh(float x) {
@@ -29,6 +35,9 @@ void GeluTanhGated(const float* gate_up, int n, int ffn, float* out) {
       return detail::GeluTanhGatedAvx512(gate_up + size_t(i0) * 2 * ffn, i1 - i0, ffn,
                                          out + size_t(i0) * ffn);
     }
+    if (UseAvx2()) {
+      return detail::GeluTanhGatedAvx2(gate_up + size_t(i0) * 2 * ffn, i1 - i0, ffn, out + size_t(i0) * ffn);
+    }
     for (int j = i0; j < i1; j++) {
       const float* g = gate_up + size_t(j) * 2 * ffn;
       const float* u = g + ffn;
@@ -41,6 +50,7 @@ void GeluTanhGated(const float* gate_up, int n, int ffn, float* out) {
 void SoftCapInPlace(float* x, size_t n, float cap) {
   MNEMO_CHECK(cap > 0);
   if (UseAvx512()) return detail::SoftCapAvx512(x, n, cap);
+  if (UseAvx2()) return detail::SoftCapAvx2(x, n, cap);
   const float inv = 1.0f / cap;
   for (size_t i = 0; i < n; i++) x[i] = cap * std::tanh(x[i] * inv);
 }

@@ -151,10 +151,14 @@ void PagedAttention(const float* q, const int32_t* q_pos, const AttnSeq* seqs, i
   const bool fast = f.avx512f && f.f16c && kv.head_dim % 16 == 0 &&
                     kv.head_dim <= detail::kAttnMaxHeadDimAvx512;
   a.bf16_dot = fast && f.avx512_bf16 && kv.dtype == DType::BF16 && kv.head_dim % 32 == 0;
+  const bool avx2 = !fast && detail::UseAvx2Kernels(f) && kv.head_dim % 8 == 0 &&
+                    kv.head_dim <= detail::kAttnMaxHeadDimAvx2;
   const int n_items = static_cast<int>(items.size());
   ThreadPool::Get().For(n_items, [&](int i) {
     if (fast) {
       detail::AttnTaskAvx512(a, items[i].task);
+    } else if (avx2) {
+      detail::AttnTaskAvx2(a, items[i].task);
     } else {
       detail::AttnTaskRef(a, items[i].task);
     }

@@ -62,5 +62,8 @@ void AttnTaskRef(const AttnArgs& a, const AttnTask& t);
 // head_dim % 16 == 0 and head_dim <= kAttnMaxHeadDimAvx512 only; AVX-512F and F16C.
 constexpr int kAttnMaxHeadDimAvx512 = 256;
 void AttnTaskAvx512(const AttnArgs& a, const AttnTask& t);
+// head_dim % 8 == 0 and head_dim <= kAttnMaxHeadDimAvx2 only; AVX2, FMA and F16C.
+constexpr int kAttnMaxHeadDimAvx2 = 256;
+void AttnTaskAvx2(const AttnArgs& a, const AttnTask& t);
 
 }  // namespace mnemo::kernels::detail

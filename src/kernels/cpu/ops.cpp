@@ -18,6 +18,11 @@ bool UseAvx512() {
   return yes;
 }
 
+bool UseAvx2() {
+  static const bool yes = detail::UseAvx2Kernels(detail::KernelFeatures());
+  return yes;
+}
+
 
 }  // namespace
 
@@ -25,6 +30,11 @@ void RmsNorm(const float* x, const float* w, int n, int dim, float eps, float* y
   if (UseAvx512()) {
     return detail::ForRowRanges(n, dim, [&](int i0, int i1) {
       detail::RmsNormAvx512(x + size_t(i0) * dim, w, i1 - i0, dim, eps, y + size_t(i0) * dim);
+    });
+  }
+  if (UseAvx2()) {
+    return detail::ForRowRanges(n, dim, [&](int i0, int i1) {
+      detail::RmsNormAvx2(x + size_t(i0) * dim, w, i1 - i0, dim, eps, y + size_t(i0) * dim);
     });
   }
   for (int i = 0; i < n; i++) {
@@ -95,6 +105,11 @@ void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
       detail::SwiGluAvx512(gate_up + size_t(i0) * 2 * ffn, i1 - i0, ffn, out + size_t(i0) * ffn);
     });
   }
+  if (UseAvx2()) {
+    return detail::ForRowRanges(n, 2 * size_t(ffn), [&](int i0, int i1) {
+      detail::SwiGluAvx2(gate_up + size_t(i0) * 2 * ffn, i1 - i0, ffn, out + size_t(i0) * ffn);
+    });
+  }
   for (int j = 0; j < n; j++) {
     const float* g = gate_up + size_t(j) * 2 * ffn;
     const float* u = g + ffn;
@@ -105,6 +120,7 @@ void SwiGlu(const float* gate_up, int n, int ffn, float* out) {
 
 void AddInPlace(float* y, const float* x, size_t n) {
   if (UseAvx512()) return detail::AddInPlaceAvx512(y, x, n);
+  if (UseAvx2()) return detail::AddInPlaceAvx2(y, x, n);
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
