@@ -96,7 +96,8 @@ int RunServe(ServeFlags& f) {
     std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
     return 1;
   }
-  spdlog::info("mnemo serving {} on http://{}:{} (db {}{})", sc.model_name, f.server.host, server.port(), (*store)->path(),
+  spdlog::info("mnemo serving {} on {}://{}:{} (db {}{})", sc.model_name, f.server.tls_cert_file.empty() ? "http" : "https",
+               f.server.host, server.port(), (*store)->path(),
                temp_db ? ", temporary" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
@@ -170,6 +171,12 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--idle-timeout-s", f->server.idle_timeout_s,
                   "a kept-alive connection's wait for its next request")
       ->check(CLI::Range(0.1, 86400.0));
+  cmd->add_option("--tls-cert", f->server.tls_cert_file,
+                  "serve HTTPS with this PEM certificate chain (with --tls-key)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", f->server.tls_key_file, "the PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  cmd->add_flag("--private-metrics", f->server.private_metrics,
+                "with --api-key: /metrics (and so the status page's figures) needs a key too");
   cmd->add_option("--cors-origin", f->server.cors_origins,
                   "allow browser apps from this origin (repeatable; '*' = any); off by default");
   cmd->add_option("--context-budget", f->context.budget,

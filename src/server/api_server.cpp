@@ -176,7 +176,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     http::SendJson(res, StatusJson(), ready ? 200 : 503);
     if (!ready) res.set_header("Retry-After", "1");
   }));
-  quick("/metrics", Wrap("/metrics", false, [this](const Req&, Res& res, const std::string&) {
+  quick("/metrics", Wrap("/metrics", config_.private_metrics, [this](const Req&, Res& res, const std::string&) {
     res.set_content(metrics_.Render(service_.engine().Stats(), service_.engine().Queue()), "text/plain; version=0.0.4");
   }));
 }
@@ -366,6 +366,16 @@ ApiServer::http_json_t ApiServer::StatusJson() const {
 }
 
 Status ApiServer::Start() {
+  if (config_.private_metrics && config_.api_keys.empty()) {
+    return MakeError(StatusCode::kInvalidArgument, "--private-metrics needs at least one --api-key");
+  }
+  if (config_.tls_cert_file.empty() != config_.tls_key_file.empty()) {
+    return MakeError(StatusCode::kInvalidArgument, "TLS needs both a certificate and a key file");
+  }
+  if (!config_.tls_cert_file.empty()) {
+    Status tls = http_->UseTls(config_.tls_cert_file, config_.tls_key_file);
+    if (!tls.ok()) return tls;
+  }
   Status st = http_->Listen(config_.host, config_.port);
   if (!st.ok()) return st;
   port_ = http_->port();

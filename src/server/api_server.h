@@ -36,6 +36,12 @@ struct ServerConfig {
   // Origins whose browser pages may call the API (CORS): each gets Access-Control-Allow-Origin and
   // its preflights are answered; "*" allows any. Empty = no CORS headers (browsers then refuse).
   std::vector<std::string> cors_origins;
+  // HTTPS: PEM certificate chain and private key (both or neither; empty = plain HTTP).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // With api_keys: /metrics needs a key too (the status page then asks for one). /health, /ready
+  // and the page's static files stay open (load balancers probe them; they carry no data).
+  bool private_metrics = false;
 };
 
 class ApiServer {

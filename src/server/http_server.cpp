@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <array>
@@ -215,6 +216,7 @@ struct Server::Impl {
   net::io_context ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::ssl::context> tls;  // set by UseTls: every connection is TLS
   std::vector<std::thread> io_threads;
   std::unique_ptr<WorkerPool> workers;
   std::unique_ptr<WorkerPool> quick;
@@ -245,6 +247,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Server::Impl* srv, tcp::socket socket, std::string address)
       : srv_(srv), stream_(std::move(socket)), address_(std::move(address)) {
+    if (srv_->tls) tls_.emplace(stream_, *srv_->tls);
     std::lock_guard<std::mutex> l(srv_->conn_mu);
     srv_->conns.insert(this);
     srv_->per_address[address_]++;
@@ -256,7 +259,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadNext(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->tls_) return self->ReadNext();
+      // The handshake counts against the header deadline: a client that opens a connection and
+      // sends nothing (or trickles its hello) holds it no longer than one that trickles a head.
+      self->stream_.expires_after(Seconds(self->srv_->limits.header_s));
+      self->tls_->async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+        if (ec) {
+          spdlog::debug("http: TLS handshake from {} failed: {}", self->address_, ec.message());
+          return self->Close();
+        }
+        self->ReadNext();
+      });
+    });
   }
   // From any thread.
   void PostClose() {
@@ -277,10 +292,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (buffer_.size() > 0) return ReadHeader();
     // Idle: wait for the first byte of the next request, at most idle_s.
     stream_.expires_after(Seconds(srv_->limits.idle_s));
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      if (ec) return self->Close();
-      self->buffer_.commit(n);
-      self->ReadHeader();
+    WithStream([&](auto& s) {
+      s.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+        if (ec) return self->Close();
+        self->buffer_.commit(n);
+        self->ReadHeader();
+      });
     });
   }
 
@@ -290,8 +307,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->body_limit(srv_->limits.max_body_bytes);
     // One deadline for the whole head, however it trickles in.
     stream_.expires_after(Seconds(srv_->limits.header_s));
-    bhttp::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->OnHeader(ec);
+    WithStream([&](auto& s) {
+      bhttp::async_read_header(s, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->OnHeader(ec);
+      });
     });
   }
 
@@ -305,18 +324,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (parser_->is_done()) return Dispatch();
     auto read_body = [self = shared_from_this()] {
       self->stream_.expires_after(Seconds(self->srv_->limits.body_s));
-      bhttp::async_read(self->stream_, self->buffer_, *self->parser_, [self](beast::error_code ec, size_t) {
-        if (ec == bhttp::error::body_limit) return self->Refuse(413);
-        if (ec) return IsParseError(ec) ? self->Refuse(400) : self->Close();
-        self->Dispatch();
+      self->WithStream([&](auto& s) {
+        bhttp::async_read(s, self->buffer_, *self->parser_, [self](beast::error_code ec, size_t) {
+          if (ec == bhttp::error::body_limit) return self->Refuse(413);
+          if (ec) return IsParseError(ec) ? self->Refuse(400) : self->Close();
+          self->Dispatch();
+        });
       });
     };
     if (IEquals(std::string(parser_->get()[bhttp::field::expect]), "100-continue")) {
       auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
       stream_.expires_after(Seconds(srv_->limits.write_s));
-      net::async_write(stream_, net::buffer(*msg), [self = shared_from_this(), msg, read_body](beast::error_code ec, size_t) {
-        if (ec) return self->Close();
-        read_body();
+      WithStream([&](auto& s) {
+        net::async_write(s, net::buffer(*msg), [self = shared_from_this(), msg, read_body](beast::error_code ec, size_t) {
+          if (ec) return self->Close();
+          read_body();
+        });
       });
       return;
     }
@@ -450,17 +473,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     writing_ = true;
     stream_.expires_after(Seconds(srv_->limits.write_s));
     // out_.front() stays alive and unmoved (a deque keeps its elements) until this completes.
-    net::async_write(stream_, net::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->writing_ = false;
-      if (self->closed_) {
-        self->out_.clear();
-        self->queued_ = 0;
-        return;
-      }
-      self->queued_ -= self->out_.front().size();
-      self->out_.pop_front();
-      if (ec) return self->Close();
-      self->Flush();
+    WithStream([&](auto& s) {
+      net::async_write(s, net::buffer(out_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+        self->writing_ = false;
+        if (self->closed_) {
+          self->out_.clear();
+          self->queued_ = 0;
+          return;
+        }
+        self->queued_ -= self->out_.front().size();
+        self->out_.pop_front();
+        if (ec) return self->Close();
+        self->Flush();
+      });
     });
   }
 
@@ -511,8 +536,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // Runs f with the stream that carries HTTP: the TLS layer when the server has one, else the TCP
+  // stream. Deadlines (expires_after) are always the TCP stream's: TLS reads and writes go through it.
+  template <class F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(stream_);
+    }
+  }
+
   Server::Impl* srv_;
   beast::tcp_stream stream_;
+  std::optional<net::ssl::stream<beast::tcp_stream&>> tls_;  // over stream_, when the server has TLS
   std::string address_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
@@ -698,6 +735,27 @@ Server::Server(const ServerLimits& limits) : impl_(std::make_unique<Impl>()) {
 }
 
 Server::~Server() { Stop(); }
+
+Status Server::UseTls(const std::string& cert_chain_file, const std::string& private_key_file) {
+  net::ssl::context ctx(net::ssl::context::tls_server);
+  // TLS 1.2 and 1.3 only; no compression, no renegotiation by the client.
+  ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                  net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                  net::ssl::context::no_compression | SSL_OP_NO_RENEGOTIATION);
+  beast::error_code ec;
+  ctx.use_certificate_chain_file(cert_chain_file, ec);
+  if (ec) return MakeError(StatusCode::kInvalidArgument, "TLS certificate %s: %s", cert_chain_file.c_str(), ec.message().c_str());
+  ctx.use_private_key_file(private_key_file, net::ssl::context::pem, ec);
+  if (ec) {  // unreadable, not PEM, or (OpenSSL checks it here) not the certificate's key
+    return MakeError(StatusCode::kInvalidArgument, "TLS key %s: %s", private_key_file.c_str(), ec.message().c_str());
+  }
+  if (SSL_CTX_check_private_key(ctx.native_handle()) != 1) {
+    return MakeError(StatusCode::kInvalidArgument, "TLS key %s does not match the certificate %s",
+                     private_key_file.c_str(), cert_chain_file.c_str());
+  }
+  impl_->tls.emplace(std::move(ctx));
+  return Status::Ok();
+}
 
 void Server::Route(std::string method, const std::string& pattern, Handler h, Lane lane) {
   impl_->routes.push_back({std::move(method), std::regex(pattern), std::move(h), lane});

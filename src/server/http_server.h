@@ -138,6 +138,10 @@ class Server {
   // Shapes the server's own errors (404, 413, 400, 431, 503) into res.body.
   std::function<void(const Request&, Response&)> error_page;
 
+  // Serves HTTPS instead of HTTP (before Listen): PEM files, the certificate chain (leaf first) and
+  // its private key; TLS 1.2 or 1.3. The handshake counts against header_s. Errors: kInvalidArgument
+  // (unreadable file, bad PEM, a key that does not match the certificate).
+  Status UseTls(const std::string& cert_chain_file, const std::string& private_key_file);
   // Binds (port 0: any free port) and starts the I/O threads and workers.
   Status Listen(const std::string& host, int port);
   int port() const { return port_; }

@@ -50,9 +50,9 @@ class ServerProcess {
     while (wait_for_address && std::chrono::steady_clock::now() < deadline && fgets(line, sizeof line, err_)) {
       std::string l(line);
       log_ += l;
-      auto p = l.find("http://127.0.0.1:");
+      auto p = l.find("://127.0.0.1:");  // http or https
       if (p != std::string::npos) {
-        port_ = std::stoi(l.substr(p + 17));
+        port_ = std::stoi(l.substr(p + 13));
         break;
       }
     }
