@@ -50,7 +50,9 @@ int32_t CacheManager::NewRec(int begin, SessionId owner) {
   if (!free_recs_.empty()) {
     id = free_recs_.back();
     free_recs_.pop_back();
+    std::vector<SessionId> owners = std::move(recs_[id].owners);  // keeps its capacity: no allocation
     recs_[id] = ChunkRec{};
+    recs_[id].owners = std::move(owners);
   } else {
     id = static_cast<int32_t>(recs_.size());
     recs_.emplace_back();
@@ -434,6 +436,9 @@ int CacheManager::EvictFromT0(int n, double now) {
   for (int i = 0; i < n; i++) {
     const int32_t id = PickVictim(Tier::kT0, now);  // each one leaves the index (a copy, or dropped)
     if (id < 0) break;
+    // Its record is read after T1's victim is dropped: start the (likely) cache miss now, so the
+    // two overlap (at 262k records, the two record misses were a fifth of an eviction's time).
+    __builtin_prefetch(&recs_[id]);
     stats_.evictions[0]++;
     int32_t b = config_.t1_blocks > 0 ? AllocateIn(Tier::kT1, now) : -1;
     if (b >= 0) {
@@ -704,8 +709,10 @@ void CacheManager::Maintain(int32_t free_target, double now) {
 }
 
 std::vector<TransferOp> CacheManager::TakeTransfers() {
-  std::vector<TransferOp> out;
-  out.swap(queued_);
+  // One allocation for the copy; queued_ keeps its capacity (swapping it out made the next
+  // Maintain's 64 demotions grow it from nothing: 7 allocations).
+  std::vector<TransferOp> out(queued_.begin(), queued_.end());
+  queued_.clear();
   return out;
 }
 

@@ -1,13 +1,36 @@
 #include "kv/victim_index.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "base/status.h"
 
 namespace mnemo {
+namespace {
 
-void VictimIndex::SiftUp(ByTime& c, size_t i) {
+// The time order of fronts: (last_active, weight); weights are unique within a tier.
+bool TimeLess(double a_time, double a_weight, double b_time, double b_weight) {
+  return a_time < b_time || (a_time == b_time && a_weight < b_weight);
+}
+
+template <typename Front>
+typename std::vector<Front>::iterator FindWeight(std::vector<Front>& v, double weight) {
+  return std::lower_bound(v.begin(), v.end(), weight, [](const Front& f, double w) { return f.weight < w; });
+}
+
+template <typename Front>
+typename std::vector<Front>::iterator FindTime(std::vector<Front>& v, double time, double weight) {
+  return std::lower_bound(v.begin(), v.end(), std::make_pair(time, weight), [](const Front& f, const auto& k) {
+    return TimeLess(f.last_active, f.weight, k.first, k.second);
+  });
+}
+
+}  // namespace
+
+void VictimIndex::SiftUp(Class& c, size_t i) {
   const Slot s = c.heap[i];
   while (i > 0) {
-    const size_t parent = (i - 1) / 2;
+    const size_t parent = (i - 1) / 4;
     if (!(s < c.heap[parent])) break;
     Place(c, i, c.heap[parent]);
     i = parent;
@@ -15,13 +38,16 @@ void VictimIndex::SiftUp(ByTime& c, size_t i) {
   Place(c, i, s);
 }
 
-void VictimIndex::SiftDown(ByTime& c, size_t i) {
+void VictimIndex::SiftDown(Class& c, size_t i) {
   const Slot s = c.heap[i];
   const size_t n = c.heap.size();
   while (true) {
-    size_t child = 2 * i + 1;
-    if (child >= n) break;
-    if (child + 1 < n && c.heap[child + 1] < c.heap[child]) child++;
+    const size_t first = 4 * i + 1;
+    if (first >= n) break;
+    size_t child = first;
+    for (size_t k = first + 1; k < std::min(first + 4, n); k++) {
+      if (c.heap[k] < c.heap[child]) child = k;
+    }
     if (!(c.heap[child] < s)) break;
     Place(c, i, c.heap[child]);
     i = child;
@@ -29,32 +55,82 @@ void VictimIndex::SiftDown(ByTime& c, size_t i) {
   Place(c, i, s);
 }
 
+int32_t VictimIndex::ClassFor(TierIndex& x, int tier, double weight, double last_active) {
+  auto w = FindWeight(x.by_weight, weight);
+  if (w != x.by_weight.end() && w->weight == weight) return w->cls;
+  int32_t id;
+  if (!free_classes_.empty()) {
+    id = free_classes_.back();
+    free_classes_.pop_back();
+  } else {
+    id = static_cast<int32_t>(classes_.size());
+    classes_.emplace_back();
+  }
+  Class& c = classes_[id];
+  c.tier = tier;
+  c.weight = weight;
+  x.by_weight.insert(w, Front{weight, last_active, id});
+  x.by_time.insert(FindTime(x.by_time, last_active, weight), Front{weight, last_active, id});
+  return id;
+}
+
+void VictimIndex::MoveFront(TierIndex& x, const Class& c, double old_time) {
+  const double t = c.heap[0].last_active;
+  auto w = FindWeight(x.by_weight, c.weight);
+  MNEMO_CHECK(w != x.by_weight.end() && w->weight == c.weight);
+  w->last_active = t;
+  const size_t n = x.by_time.size();
+  size_t p = static_cast<size_t>(FindTime(x.by_time, old_time, c.weight) - x.by_time.begin());
+  MNEMO_CHECK(p < n && x.by_time[p].weight == c.weight && x.by_time[p].last_active == old_time);
+  Front f = x.by_time[p];
+  f.last_active = t;
+  // Shift the fronts it passes by one place (a new front is usually near its old place).
+  while (p + 1 < n && TimeLess(x.by_time[p + 1].last_active, x.by_time[p + 1].weight, t, f.weight)) {
+    x.by_time[p] = x.by_time[p + 1];
+    p++;
+  }
+  while (p > 0 && TimeLess(t, f.weight, x.by_time[p - 1].last_active, x.by_time[p - 1].weight)) {
+    x.by_time[p] = x.by_time[p - 1];
+    p--;
+  }
+  x.by_time[p] = f;
+}
+
+void VictimIndex::DropClass(TierIndex& x, int32_t cls, double old_time) {
+  Class& c = classes_[cls];
+  auto w = FindWeight(x.by_weight, c.weight);
+  MNEMO_CHECK(w != x.by_weight.end() && w->cls == cls);
+  x.by_weight.erase(w);
+  auto t = FindTime(x.by_time, old_time, c.weight);
+  MNEMO_CHECK(t != x.by_time.end() && t->cls == cls);
+  x.by_time.erase(t);
+  c.tier = -1;
+  free_classes_.push_back(cls);
+}
+
 void VictimIndex::File(int32_t rec, int tier, double weight, double last_active) {
   MNEMO_CHECK(rec >= 0 && tier >= 0 && tier < kTiers);
   if (rec >= static_cast<int32_t>(entries_.size())) entries_.resize(rec + 1);
-  Entry& e = entries_[rec];
-  MNEMO_CHECK(e.tier < 0);
-  e = Entry{static_cast<int8_t>(tier), -1, weight, last_active};
+  MNEMO_CHECK(entries_[rec].cls < 0);
   TierIndex& x = tiers_[tier];
-  ByTime& c = x.classes[weight];
-  const bool had_front = !c.empty();
-  const double old_front = had_front ? c.front().last_active : 0;
+  const int32_t id = ClassFor(x, tier, weight, last_active);  // may grow classes_: references after it
+  Class& c = classes_[id];
+  entries_[rec].last_active = last_active;
+  entries_[rec].cls = id;
+  const double old_front = c.heap.empty() ? last_active : c.heap[0].last_active;  // a new class is filed at last_active
   c.heap.push_back({last_active, rec});
   SiftUp(c, c.heap.size() - 1);
   x.size++;
-  if (had_front && c.front().last_active == old_front) return;  // the front's time stands (equal times: either record)
-  if (had_front) x.fronts.erase({old_front, weight, &c});
-  x.fronts.insert({c.front().last_active, weight, &c});
+  if (c.heap[0].last_active != old_front) MoveFront(x, c, old_front);  // equal times: either record stands
 }
 
 void VictimIndex::Unfile(int32_t rec) {
   if (!Filed(rec)) return;
   Entry& e = entries_[rec];
-  TierIndex& x = tiers_[e.tier];
-  auto ci = x.classes.find(e.weight);
-  MNEMO_CHECK(ci != x.classes.end());
-  ByTime& c = ci->second;
-  const double front = c.front().last_active;
+  const int32_t id = e.cls;
+  Class& c = classes_[id];
+  TierIndex& x = tiers_[c.tier];
+  const double front = c.heap[0].last_active;
   const size_t i = static_cast<size_t>(e.pos);
   MNEMO_CHECK(i < c.heap.size() && c.heap[i].rec == rec);
   const Slot last = c.heap.back();
@@ -68,76 +144,99 @@ void VictimIndex::Unfile(int32_t rec) {
     }
   }
   x.size--;
-  e.tier = -1;
+  e.cls = -1;
   e.pos = -1;
-  if (c.empty()) {
-    x.fronts.erase({front, e.weight, &c});
-    x.classes.erase(ci);
-  } else if (c.front().last_active != front) {
-    x.fronts.erase({front, e.weight, &c});
-    x.fronts.insert({c.front().last_active, e.weight, &c});
+  if (c.heap.empty()) {
+    DropClass(x, id, front);
+  } else if (c.heap[0].last_active != front) {
+    MoveFront(x, c, front);
   }
 }
 
 bool VictimIndex::FiledAs(int32_t rec, int tier, double weight, double last_active) const {
   if (!Filed(rec)) return false;
   const Entry& e = entries_[rec];
-  return e.tier == tier && e.weight == weight && e.last_active == last_active;
+  const Class& c = classes_[e.cls];
+  return c.tier == tier && c.weight == weight && e.last_active == last_active;
 }
 
 int32_t VictimIndex::Pick(int tier, double now, const EvictionPolicy& policy) const {
   const TierIndex& x = tiers_[tier];
-  if (x.classes.empty()) return -1;
+  const size_t n = x.by_weight.size();  // == x.by_time.size()
+  if (n == 0) return -1;
   picks_++;
   // Keys are (Value, weight), compared lexicographically; the best seen so far and its class.
   std::pair<double, double> best;
-  const ByTime* best_class = nullptr;
-  auto consider = [&](double weight, double last_active, const ByTime* c) {
-    const std::pair<double, double> key{policy.Value(weight, now - last_active, last_active), weight};
-    if (!best_class || key < best) {
+  int32_t best_class = -1;
+  auto consider = [&](const Front& f) {
+    const std::pair<double, double> key{policy.Value(f.weight, now - f.last_active, f.last_active), f.weight};
+    if (best_class < 0 || key < best) {
       best = key;
-      best_class = c;
+      best_class = f.cls;
     }
   };
-  auto a = x.classes.begin();  // by weight
-  auto b = x.fronts.begin();   // by front time
-  // When either walk ends, it has visited every class.
-  while (a != x.classes.end() && b != x.fronts.end()) {
-    const auto& [b_time, b_weight, b_class] = *b;
-    if (best_class) {
-      const std::pair<double, double> bound{policy.Value(a->first, now - b_time, b_time), a->first};
+  // a walks by weight, b by time; when either ends, it has visited every class.
+  for (size_t a = 0, b = 0; a < n && b < n; a++, b++) {
+    const Front& fa = x.by_weight[a];
+    const Front& fb = x.by_time[b];
+    if (best_class >= 0) {
+      const std::pair<double, double> bound{policy.Value(fa.weight, now - fb.last_active, fb.last_active), fa.weight};
       if (!(bound < best)) break;
     }
-    consider(a->first, a->second.front().last_active, &a->second);
-    ++a;
-    consider(b_weight, b_time, b_class);
-    ++b;
+    consider(fa);
+    consider(fb);
     visits_ += 2;
   }
-  return best_class->front().rec;
+  return classes_[best_class].heap[0].rec;
 }
 
 bool VictimIndex::Check() const {
   size_t filed[kTiers] = {0, 0, 0};
   for (size_t id = 0; id < entries_.size(); id++) {
     const Entry& e = entries_[id];
-    if (e.tier < 0) continue;
-    filed[e.tier]++;
-    auto c = tiers_[e.tier].classes.find(e.weight);
-    if (c == tiers_[e.tier].classes.end() || e.pos < 0 || static_cast<size_t>(e.pos) >= c->second.size()) return false;
-    const Slot& s = c->second.heap[e.pos];
+    if (e.cls < 0) continue;
+    if (static_cast<size_t>(e.cls) >= classes_.size()) return false;
+    const Class& c = classes_[e.cls];
+    if (c.tier < 0 || e.pos < 0 || static_cast<size_t>(e.pos) >= c.heap.size()) return false;
+    const Slot& s = c.heap[e.pos];
     if (s.rec != static_cast<int32_t>(id) || s.last_active != e.last_active) return false;
+    filed[c.tier]++;
+  }
+  size_t used[kTiers] = {0, 0, 0}, unused = 0;
+  for (const Class& c : classes_) {
+    if (c.tier < 0) {
+      if (!c.heap.empty()) return false;
+      unused++;
+      continue;
+    }
+    if (c.tier >= kTiers) return false;
+    used[c.tier]++;
+    for (size_t i = 1; i < c.heap.size(); i++) {  // heap order
+      if (c.heap[i] < c.heap[(i - 1) / 4]) return false;
+    }
+  }
+  if (unused != free_classes_.size()) return false;
+  for (int32_t id : free_classes_) {
+    if (classes_[id].tier >= 0) return false;
   }
   for (int t = 0; t < kTiers; t++) {
     const TierIndex& x = tiers_[t];
+    if (x.by_weight.size() != used[t] || x.by_time.size() != used[t]) return false;
     size_t n = 0;
-    if (x.fronts.size() != x.classes.size()) return false;
-    for (const auto& [w, c] : x.classes) {
-      if (c.empty() || !x.fronts.count({c.front().last_active, w, &c})) return false;
-      for (size_t i = 1; i < c.size(); i++) {  // heap order
-        if (c.heap[i] < c.heap[(i - 1) / 2]) return false;
+    for (size_t i = 0; i < x.by_weight.size(); i++) {
+      const Front& f = x.by_weight[i];
+      if (i > 0 && !(x.by_weight[i - 1].weight < f.weight)) return false;
+      const Class& c = classes_[f.cls];
+      if (c.tier != t || c.weight != f.weight || c.heap.empty() || c.heap[0].last_active != f.last_active) return false;
+      n += c.heap.size();
+    }
+    for (size_t i = 0; i < x.by_time.size(); i++) {
+      const Front& f = x.by_time[i];
+      if (i > 0 && !TimeLess(x.by_time[i - 1].last_active, x.by_time[i - 1].weight, f.last_active, f.weight)) {
+        return false;
       }
-      n += c.size();
+      const Class& c = classes_[f.cls];
+      if (c.tier != t || c.weight != f.weight || c.heap.empty() || c.heap[0].last_active != f.last_active) return false;
     }
     if (n != x.size || n != filed[t]) return false;
   }

@@ -5,11 +5,12 @@
 // fixed while a chunk sits idle, and Value is nondecreasing in the weight and in the time of last
 // activity. Records of one tier with equal weight form a class; within a class, the record idle
 // longest has the smallest key. So each tier keeps
-//   - its classes in weight order, each holding its records in a min-heap by (last activity,
-//     record id) (only the front is ever read; a heap in one array costs no allocation per record
-//     and touches few cache lines: a record filed at the newest time, the common case, stays
-//     at the bottom in O(1)), and
-//   - the classes' fronts (their oldest record) by (last activity, weight),
+//   - its classes, each holding its records in a 4-ary min-heap by (last activity, record id) in
+//     one array (only the front is ever read; no allocation per record; a record filed at the
+//     newest time, the common case, stays at the bottom in O(1); four children share one or two
+//     cache lines, so removing a front touches half the levels of a binary heap), and
+//   - two flat arrays of the classes' fronts (weight, front's last activity, class): one sorted by
+//     weight, one by (last activity, weight),
 // and Pick walks both orders at once (Fagin's threshold algorithm): after visiting class a in
 // weight order and front b in time order, every class not visited yet has weight >= a's next and
 // a front no older than b's next, so its key is >= (Value(a's weight, b's idle), a's weight); the
@@ -18,19 +19,19 @@
 // number of distinct weights in the tier: for Pensieve one per chunk position (context / 16), and
 // often 1-3, since the lightest class's oldest record usually wins (bench cache, 4,096 sessions
 // idle since distinct times, visits ~40 of 64); for LRU, whose Value is the time alone, the
-// oldest front is the answer (one or two steps, more only on equal times).
-// File and Unfile cost O(log n): a heap sift within the class and, when its front changes, an
-// ordered-set update of the fronts.
+// oldest front is the answer (one or two steps, more only on equal times). Both walks read
+// consecutive array elements, not tree nodes.
+// File and Unfile cost O(log n) for the heap sift within the class; when the class's front
+// changes, O(log classes) to find it in both arrays plus O(fronts it passes) to move it to its new
+// place in time order (a new front is usually near its old place). A class that appears or
+// empties costs O(classes) (array insert or erase; rare: weights are few and classes large). No
+// allocation once the arrays have grown.
 //
 // Not thread-safe: owned by the cache manager (the engine thread).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <set>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "kv/eviction.h"
@@ -48,11 +49,12 @@ class VictimIndex {
   void Unfile(int32_t rec);
   // True when rec is filed in `tier` under exactly this weight and time.
   bool FiledAs(int32_t rec, int tier, double weight, double last_active) const;
-  bool Filed(int32_t rec) const { return rec < static_cast<int32_t>(entries_.size()) && entries_[rec].tier >= 0; }
+  bool Filed(int32_t rec) const { return rec < static_cast<int32_t>(entries_.size()) && entries_[rec].cls >= 0; }
   size_t size(int tier) const { return tiers_[tier].size; }
   // The filed record of `tier` with the smallest policy key at `now`; -1 when none.
   int32_t Pick(int tier, double now, const EvictionPolicy& policy) const;
-  // Internal consistency (class fronts, counts, back-references). For CheckInvariants.
+  // Internal consistency (both orders of the fronts, heap order, counts, back-references). For
+  // CheckInvariants and tests.
   bool Check() const;
   // Searches made by Pick and the class fronts they looked at (both walks): the walk's length,
   // for benchmarks.
@@ -61,40 +63,52 @@ class VictimIndex {
 
  private:
   struct Entry {
-    int8_t tier = -1;  // -1: not filed
-    int32_t pos = -1;  // its place in its class's heap
-    double weight = 0;
     double last_active = 0;
+    int32_t cls = -1;  // its class (an index into classes_); -1: not filed
+    int32_t pos = -1;  // its place in its class's heap
   };
   struct Slot {
     double last_active;
     int32_t rec;
     bool operator<(const Slot& o) const { return last_active < o.last_active || (last_active == o.last_active && rec < o.rec); }
   };
-  // One class's records, a binary min-heap by (last_active, rec): [0] is the oldest. Each record's
-  // Entry::pos follows it.
-  struct ByTime {
+  // The records of one tier with one weight: heap is a 4-ary min-heap by (last_active, rec)
+  // ([0] is the oldest; the children of i are 4i+1 .. 4i+4). Each record's Entry::pos follows it.
+  // A class that empties goes to free_classes_ and keeps its array's capacity for the next one.
+  struct Class {
+    int tier = -1;  // -1: unused
+    double weight = 0;
     std::vector<Slot> heap;
-    bool empty() const { return heap.empty(); }
-    size_t size() const { return heap.size(); }
-    const Slot& front() const { return heap[0]; }
+  };
+  // A class as the walks see it: its weight and its front's (oldest record's) time.
+  struct Front {
+    double weight;
+    double last_active;
+    int32_t cls;
   };
   struct TierIndex {
-    std::map<double, ByTime> classes;          // weight -> its records; never empty
-    // {(front's last_active, weight, the class)}, one per class. The class pointer saves Pick a
-    // lookup per step (map nodes do not move); weights are unique, so it never decides the order.
-    std::set<std::tuple<double, double, const ByTime*>> fronts;
-    size_t size = 0;                             // records filed
+    std::vector<Front> by_weight;  // [classes of the tier] ascending weight (unique within a tier)
+    std::vector<Front> by_time;    // [classes of the tier] ascending (last_active, weight)
+    size_t size = 0;               // records filed
   };
 
-  void SiftUp(ByTime& c, size_t i);
-  void SiftDown(ByTime& c, size_t i);
-  void Place(ByTime& c, size_t i, const Slot& s) {
+  void SiftUp(Class& c, size_t i);
+  void SiftDown(Class& c, size_t i);
+  void Place(Class& c, size_t i, const Slot& s) {
     c.heap[i] = s;
     entries_[s.rec].pos = static_cast<int32_t>(i);
   }
+  // The class of `weight` in tier x, created (empty, in both orders at time `last_active`) when
+  // there is none.
+  int32_t ClassFor(TierIndex& x, int tier, double weight, double last_active);
+  // Class c's front went from old_time to c.heap[0]'s time: updates both orders.
+  void MoveFront(TierIndex& x, const Class& c, double old_time);
+  // Takes empty class c, whose front was at old_time, out of both orders.
+  void DropClass(TierIndex& x, int32_t cls, double old_time);
 
   std::vector<Entry> entries_;  // [records] by record id, grown on demand
+  std::vector<Class> classes_;  // [classes ever needed at once], by id
+  std::vector<int32_t> free_classes_;
   TierIndex tiers_[kTiers];
   mutable uint64_t picks_ = 0, visits_ = 0;
 };
