@@ -79,21 +79,22 @@ void VictimIndex::MoveFront(TierIndex& x, const Class& c, double old_time) {
   auto w = FindWeight(x.by_weight, c.weight);
   MNEMO_CHECK(w != x.by_weight.end() && w->weight == c.weight);
   w->last_active = t;
-  const size_t n = x.by_time.size();
-  size_t p = static_cast<size_t>(FindTime(x.by_time, old_time, c.weight) - x.by_time.begin());
-  MNEMO_CHECK(p < n && x.by_time[p].weight == c.weight && x.by_time[p].last_active == old_time);
-  Front f = x.by_time[p];
+  auto p = FindTime(x.by_time, old_time, c.weight);
+  MNEMO_CHECK(p != x.by_time.end() && p->weight == c.weight && p->last_active == old_time);
+  Front f = *p;
   f.last_active = t;
-  // Shift the fronts it passes by one place (a new front is usually near its old place).
-  while (p + 1 < n && TimeLess(x.by_time[p + 1].last_active, x.by_time[p + 1].weight, t, f.weight)) {
-    x.by_time[p] = x.by_time[p + 1];
-    p++;
+  // The fronts it passes shift by one place (a new front is usually near its old place).
+  if (t > old_time) {
+    auto q = std::lower_bound(p + 1, x.by_time.end(), f, [](const Front& a, const Front& b) {
+      return TimeLess(a.last_active, a.weight, b.last_active, b.weight);
+    });
+    std::move(p + 1, q, p);
+    *(q - 1) = f;
+  } else {
+    auto q = FindTime(x.by_time, t, f.weight);  // in [begin, p]
+    std::move_backward(q, p, p + 1);
+    *q = f;
   }
-  while (p > 0 && TimeLess(t, f.weight, x.by_time[p - 1].last_active, x.by_time[p - 1].weight)) {
-    x.by_time[p] = x.by_time[p - 1];
-    p--;
-  }
-  x.by_time[p] = f;
 }
 
 void VictimIndex::DropClass(TierIndex& x, int32_t cls, double old_time) {
