@@ -3,8 +3,7 @@
 
 #include "server/api_server.h"
 #include "server/http_util.h"
-#include "server/openai_fields.h"
-#include "server/output_format.h"
+#include "server/request_parse.h"
 #include "server/tools.h"
 
 namespace mnemo {
@@ -12,75 +11,6 @@ namespace mnemo {
 using http::Json;
 
 namespace {
-
-// Flattens an OpenAI message content (string or array of text parts) to text.
-std::optional<std::string> ContentText(const Json& content) {
-  if (content.is_string()) return content.get<std::string>();
-  if (content.is_null()) return std::string();
-  if (!content.is_array()) return std::nullopt;
-  std::string text;
-  for (const auto& part : content) {
-    if (!part.is_object()) return std::nullopt;
-    auto t = part.find("text");
-    if (t == part.end() || !t->is_string()) return std::nullopt;
-    text += t->get<std::string>();
-  }
-  return text;
-}
-
-std::variant<std::vector<ChatMessage>, ApiError> ParseMessages(const Json& body, std::vector<bool>* pinned) {
-  auto it = body.find("messages");
-  if (it == body.end()) return http::BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
-  if (!it->is_array() || it->empty()) return http::BadRequest("'messages' must be a non-empty array", "messages", "invalid_type");
-  std::vector<ChatMessage> out;
-  for (size_t i = 0; i < it->size(); i++) {
-    const Json& m = (*it)[i];
-    const std::string p = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return http::BadRequest(p + " must be an object", p, "invalid_type");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
-      return http::BadRequest(p + ".role must be one of system, developer, user, assistant, tool; got '" + r + "'", p + ".role", "invalid_value");
-    }
-    auto content = m.find("content");
-    std::optional<std::string> text = content == m.end() ? std::optional<std::string>(std::string()) : ContentText(*content);
-    if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
-    ChatMessage msg{r, *text};
-    if (r == "tool") {
-      auto id = m.find("tool_call_id");
-      if (id == m.end() || !id->is_string()) {
-        return http::BadRequest("Missing required parameter: '" + p + ".tool_call_id'.", p + ".tool_call_id", "missing_required_parameter");
-      }
-      msg.tool_call_id = id->get<std::string>();
-    }
-    auto calls = m.find("tool_calls");
-    if (calls != m.end() && !calls->is_null()) {
-      if (r != "assistant" || !calls->is_array()) {
-        return http::BadRequest(p + ".tool_calls must be an array on an assistant message", p + ".tool_calls", "invalid_type");
-      }
-      for (size_t k = 0; k < calls->size(); k++) {
-        const Json& c = (*calls)[k];
-        const std::string cp = p + ".tool_calls[" + std::to_string(k) + "]";
-        const bool ok = c.is_object() && c.contains("id") && c["id"].is_string() && c.contains("function") &&
-                        c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string() &&
-                        (!c["function"].contains("arguments") || c["function"]["arguments"].is_string());
-        if (!ok) {
-          return http::BadRequest(cp + " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\": string}}", cp, "invalid_type");
-        }
-        msg.tool_calls.push_back(ChatToolCall{c["id"].get<std::string>(), c["function"]["name"].get<std::string>(),
-                                              c["function"].value("arguments", std::string("{}"))});
-      }
-    }
-    out.push_back(std::move(msg));
-    if (!http::Absent(m, "pinned") && !m["pinned"].is_boolean()) {
-      return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
-    }
-    pinned->push_back(http::BoolOr(m, "pinned", false));
-  }
-  return out;
-}
 
 // The end of a non-streaming turn: commits it; returns the result.
 std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, const StartedTurn& t, TurnResult r,
@@ -95,59 +25,13 @@ std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, 
 }  // namespace
 
 void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& owner) {
-  auto parsed = http::ParseBody(req.body);
+  auto parsed = ParseChatCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
-  const Json& body = std::get<Json>(parsed);
-  using namespace http;  // FieldType bits
-  if (auto e = CheckFields(body, {{"model", kString}, {"messages", kArray}, {"max_tokens", kInteger},
-                                  {"max_completion_tokens", kInteger}, {"temperature", kNumber}, {"top_p", kNumber},
-                                  {"n", kInteger}, {"stream", kBool}, {"stream_options", kObject},
-                                  {"stop", kString | kArray}, {"presence_penalty", kNumber},
-                                  {"frequency_penalty", kNumber}, {"seed", kInteger}, {"user", kString},
-                                  {"top_k", kInteger}, {"min_p", kNumber}, {"repetition_penalty", kNumber},
-                                  {"ignore_eos", kBool}, {"min_tokens", kInteger}, {"metadata", kObject},
-                                  {"store", kBool}, {"logprobs", kBool}, {"parallel_tool_calls", kBool},
-                                  {"service_tier", kString}, {"context_budget", kNumber}, {"context_mode", kString},
-                                  {"context_preset", kString}, {"context_relevance", kString},
-                                  {"context_keep_last", kInteger}, {"include", kArray}, {"logit_bias", kObject},
-                                  {"top_logprobs", kInteger}, {"tools", kArray}, {"tool_choice", kString | kObject},
-                                  {"functions", kArray}, {"function_call", kString | kObject},
-                                  {"prompt_cache_key", kString}, {"safety_identifier", kString},
-                                  {"reasoning_effort", kString}, {"verbosity", kString}, {"modalities", kArray},
-                                  {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject},
-                                  {"response_format", kObject}, {"grammar", kString}})) {
-    return SendError(res, *e);
-  }
-  if (BoolOr(body, "logprobs", false)) {
-    return SendError(res, BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter"));
-  }
-  TurnSpec spec;
-  auto msgs = ParseMessages(body, &spec.pinned);
-  if (auto* e = std::get_if<ApiError>(&msgs)) return http::SendError(res, *e);
-  if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
-  spec.owner = owner;
-  spec.messages = std::move(std::get<0>(msgs));
-  if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) {
-    return http::SendError(res, *e);
-  }
-  if (auto e = ParseKnownFields(body, Endpoint::kChat, service_.tokenizer().n_vocab(), &spec.request)) {
-    return SendError(res, *e);
-  }
-  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kChat, &spec.request)) return SendError(res, *e);
-  auto tools = std::make_shared<ToolRequest>();
-  if (auto e = ParseTools(body, req.body, /*responses=*/false, tools.get())) return SendError(res, *e);
-  if (auto e = CheckToolHistory(&spec.messages, "messages")) return SendError(res, *e);
-  if (auto e = ApplyTools(service_, *tools, &spec)) return SendError(res, *e);
-  const bool stream = BoolOr(body, "stream", false);
-  bool include_usage = false;
-  if (!Absent(body, "stream_options")) {
-    const Json& so = body["stream_options"];
-    if (auto e = CheckFields(so, {{"include_usage", kBool}, {"include_obfuscation", kBool}})) {
-      e->param = "stream_options." + e->param;
-      return SendError(res, *e);
-    }
-    include_usage = BoolOr(so, "include_usage", false);
-  }
+  ChatCall& call = std::get<ChatCall>(parsed);
+  TurnSpec& spec = call.spec;
+  const std::shared_ptr<ToolRequest> tools = call.tools;
+  const bool stream = call.stream;
+  const bool include_usage = call.include_usage;
   spec.hint.key = req.get_header_value("X-Session-Id");
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
@@ -309,35 +193,10 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
 }
 
 void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) {
-  auto parsed = http::ParseBody(req.body);
+  auto parsed = ParseCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
-  const Json& body = std::get<Json>(parsed);
-  using namespace http;  // FieldType bits
-  if (auto e = CheckFields(body, {{"model", kString}, {"prompt", kString}, {"max_tokens", kInteger},
-                                  {"temperature", kNumber}, {"top_p", kNumber}, {"n", kInteger}, {"stream", kBool},
-                                  {"stream_options", kObject}, {"stop", kString | kArray},
-                                  {"presence_penalty", kNumber}, {"frequency_penalty", kNumber}, {"seed", kInteger},
-                                  {"user", kString}, {"top_k", kInteger}, {"min_p", kNumber},
-                                  {"repetition_penalty", kNumber}, {"ignore_eos", kBool}, {"min_tokens", kInteger},
-                                  {"echo", kBool}, {"logprobs", kInteger}, {"best_of", kInteger},
-                                  {"suffix", kString}, {"logit_bias", kObject}, {"grammar", kString}})) {
-    return SendError(res, *e);
-  }
-  auto p = body.find("prompt");
-  if (p == body.end() || !p->is_string()) {
-    return http::SendError(res, http::BadRequest("'prompt' must be a string", "prompt", "invalid_type"));
-  }
-  TurnSpec spec;
-  spec.owner = owner;
-  spec.prompt = p->get<std::string>();
-  spec.request.max_tokens = 16;  // OpenAI's default for completions
-  if (auto e = http::ParseGeneration(body, {"max_tokens"}, &spec.request)) return http::SendError(res, *e);
-  if (auto e = ParseKnownFields(body, Endpoint::kCompletions, service_.tokenizer().n_vocab(), &spec.request)) {
-    return SendError(res, *e);
-  }
-  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kCompletions, &spec.request)) return SendError(res, *e);
-  if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
-  const bool stream = BoolOr(body, "stream", false);
+  TurnSpec& spec = std::get<CompletionCall>(parsed).spec;
+  const bool stream = std::get<CompletionCall>(parsed).stream;
   spec.hint.key = req.get_header_value("X-Session-Id");
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);

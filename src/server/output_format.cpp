@@ -8,16 +8,6 @@ namespace mnemo {
 using http::Json;
 using grammar::OrderedJson;
 
-Result<std::shared_ptr<grammar::Automaton>> Service::Grammar(const std::string& text) {
-  grammar::GrammarCache* cache;
-  {
-    std::lock_guard<std::mutex> lock(grammar_mu_);
-    if (!grammars_) grammars_ = std::make_unique<grammar::GrammarCache>(grammar::TokenIndex::Build(tok_));
-    cache = grammars_.get();
-  }
-  return cache->Get(text);
-}
-
 namespace {
 
 ApiError Invalid(const std::string& message, const std::string& param, const std::string& code = "invalid_value") {
@@ -80,7 +70,7 @@ std::optional<ApiError> FormatGrammar(const OrderedJson& format, const std::stri
 
 }  // namespace
 
-std::optional<ApiError> ParseOutputFormat(Service& service, const Json& body, const std::string& raw_body, OutputApi api,
+std::optional<ApiError> ParseOutputFormat(ServedModel& model, const Json& body, const std::string& raw_body, OutputApi api,
                                           TurnRequest* req, Json* echo) {
   const char* format_member = api == OutputApi::kChat ? "response_format" : api == OutputApi::kResponses ? "text" : nullptr;
   const bool has_format = format_member && !http::Absent(body, format_member);
@@ -118,7 +108,7 @@ std::optional<ApiError> ParseOutputFormat(Service& service, const Json& body, co
     param = "grammar";
   }
   if (text.empty()) return std::nullopt;
-  auto a = service.Grammar(text);
+  auto a = model.Grammar(text);
   if (!a.ok()) {
     if (param == "grammar") return Invalid("Invalid grammar: " + a.error().message, "grammar", "invalid_grammar");
     // A compiled schema that fails to parse is our bug, but still the request's problem to report.

@@ -22,7 +22,7 @@ enum class OutputApi { kChat, kResponses, kCompletions };
 // Reads the output-format members of `body` (raw_body: the same body as text, re-read with its
 // member order kept, so that a schema's properties are generated in the order it lists them) and
 // sets req->grammar. `echo` (Responses): the text.format object to report back.
-std::optional<ApiError> ParseOutputFormat(Service& service, const nlohmann::json& body, const std::string& raw_body,
+std::optional<ApiError> ParseOutputFormat(ServedModel& model, const nlohmann::json& body, const std::string& raw_body,
                                           OutputApi api, TurnRequest* req, nlohmann::json* echo = nullptr);
 
 }  // namespace mnemo

@@ -7,8 +7,7 @@
 
 #include "server/api_server.h"
 #include "server/http_util.h"
-#include "server/openai_fields.h"
-#include "server/output_format.h"
+#include "server/request_parse.h"
 #include "server/tools.h"
 
 namespace mnemo {
@@ -18,153 +17,6 @@ using http::Json;
 namespace {
 
 constexpr int kMaxChain = 10000;  // previous_response_id hops followed at most
-
-std::optional<std::string> PartsText(const Json& content) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return std::nullopt;
-  std::string text;
-  for (const auto& part : content) {
-    if (!part.is_object() || !part.contains("text") || !part["text"].is_string()) return std::nullopt;
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-// Ids appear in URL paths (/v1/conversations/{id}/items/{item}), which take these only.
-std::optional<ApiError> CopyId(const Json& it, const std::string& p, Json* item) {
-  if (http::Absent(it, "id")) return std::nullopt;
-  const std::string& id = it["id"].get_ref<const std::string&>();
-  const bool ok = !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
-  });
-  if (!ok) return http::BadRequest(p + ".id must be 1 to 64 letters, digits, '_' or '-'", p + ".id", "invalid_value");
-  (*item)["id"] = id;
-  return std::nullopt;
-}
-
-// A function_call {call_id, name, arguments} or function_call_output {call_id, output} input item,
-// normalized (status and other output-only members dropped).
-std::variant<Json, ApiError> ToolItem(const Json& it, const std::string& type, const std::string& p) {
-  auto str = [&](const char* k) -> std::optional<ApiError> {
-    if (http::Absent(it, k)) return http::BadRequest("Missing required parameter: '" + p + "." + k + "'.", p + "." + k, "missing_required_parameter");
-    if (!it[k].is_string()) return http::BadRequest(p + "." + k + " must be a string", p + "." + k, "invalid_type");
-    return std::nullopt;
-  };
-  Json item = {{"type", type}};
-  if (auto e = str("call_id")) return *e;
-  item["call_id"] = it["call_id"];
-  if (type == "function_call") {
-    for (const char* k : {"name", "arguments"}) {
-      if (auto e = str(k)) return *e;
-      item[k] = it[k];
-    }
-  } else {
-    if (http::Absent(it, "output")) return http::BadRequest("Missing required parameter: '" + p + ".output'.", p + ".output", "missing_required_parameter");
-    auto text = PartsText(it["output"]);
-    if (!text) return http::BadRequest(p + ".output must be a string or an array of text parts", p + ".output", "invalid_type");
-    item["output"] = *text;
-  }
-  if (auto e = CopyId(it, p, &item)) return *e;
-  return item;
-}
-
-// Normalizes request input (a string or an array of message items) to message items with ids.
-// `param` names the member in errors ("input", or "items" on the Conversations API). Other
-// members of an item (status, a part's annotations: what clients pass back from an output) are
-// accepted and not kept.
-// An item_reference {"type": "item_reference", "id": ...} is replaced by the stored item `resolve`
-// returns (only on /v1/responses; elsewhere it is a 400).
-using ItemResolver = std::function<std::variant<Json, ApiError>(const std::string& id, const std::string& param)>;
-std::variant<Json, ApiError> InputItems(const Json& input, const std::string& param,
-                                        const ItemResolver& resolve = nullptr) {
-  Json items = Json::array();
-  if (input.is_string()) {
-    items.push_back({{"type", "message"}, {"role", "user"},
-                     {"content", Json::array({{{"type", "input_text"}, {"text", input.get<std::string>()}}})}});
-  } else if (input.is_array()) {
-    for (size_t i = 0; i < input.size(); i++) {
-      const Json& it = input[i];
-      const std::string p = param + "[" + std::to_string(i) + "]";
-      if (!it.is_object()) return http::BadRequest(p + " must be an object", p, "invalid_type");
-      for (const char* k : {"type", "role", "id"}) {
-        if (!http::Absent(it, k) && !it[k].is_string()) {
-          return http::BadRequest(p + "." + k + " must be a string", p + "." + k, "invalid_type");
-        }
-      }
-      const std::string type = http::Absent(it, "type") ? "message" : it["type"].get<std::string>();
-      if (type == "item_reference" && resolve) {
-        if (http::Absent(it, "id")) return http::BadRequest(p + ".id must be a string", p + ".id", "invalid_type");
-        auto got = resolve(it["id"].get<std::string>(), p + ".id");
-        if (auto* e = std::get_if<ApiError>(&got)) return *e;
-        items.push_back(std::move(std::get<Json>(got)));
-        continue;
-      }
-      if (type == "function_call" || type == "function_call_output") {
-        auto item = ToolItem(it, type, p);
-        if (auto* e = std::get_if<ApiError>(&item)) return *e;
-        items.push_back(std::move(std::get<Json>(item)));
-        continue;
-      }
-      if (type != "message") return http::BadRequest(p + ": items of type '" + type + "' are not supported", p + ".type", "unsupported_value");
-      if (http::Absent(it, "role")) return http::BadRequest(p + ".role must be a string", p + ".role", "invalid_type");
-      const std::string role = it["role"].get<std::string>();
-      if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
-        return http::BadRequest(p + ".role '" + role + "' is not supported", p + ".role", "invalid_value");
-      }
-      auto text = http::Absent(it, "content") ? std::optional<std::string>("") : PartsText(it["content"]);
-      if (!text) return http::BadRequest(p + ".content must be a string or an array of text parts", p + ".content", "invalid_type");
-      const char* part_type = role == "assistant" ? "output_text" : "input_text";
-      Json item = {{"type", "message"}, {"role", role},
-                   {"content", Json::array({{{"type", part_type}, {"text", *text}}})}};
-      if (auto e = CopyId(it, p, &item)) return *e;
-      if (!http::Absent(it, "pinned")) {
-        if (!it["pinned"].is_boolean()) return http::BadRequest(p + ".pinned must be a boolean", p + ".pinned", "invalid_type");
-        item["pinned"] = it["pinned"];
-      }
-      items.push_back(std::move(item));
-    }
-  } else {
-    return http::BadRequest("'" + param + "' must be a string or an array of items", param, "invalid_type");
-  }
-  for (auto& it : items) {
-    if (!it.contains("id")) it["id"] = NewId(it["type"] == "function_call" ? "fc_" : it["type"] == "function_call_output" ? "fco_" : "msg_");
-  }
-  return items;
-}
-
-// Appends the messages of normalized items (InputItems' output, or stored items; anything else in
-// them is skipped, never thrown on).
-void AppendMessages(const Json& items, std::vector<ChatMessage>* out, std::vector<bool>* pinned) {
-  for (const auto& it : items) {
-    if (!it.is_object()) continue;
-    const Json type = http::ValueOr(it, "type", "message");
-    if (type == "function_call" && it.value("call_id", Json()).is_string() && it.value("name", Json()).is_string()) {
-      // Calls join the assistant message right before them (one reply: its text, then its calls).
-      const ChatToolCall call{it["call_id"].get<std::string>(), it["name"].get<std::string>(),
-                              it.value("arguments", Json("{}")).is_string() ? it["arguments"].get<std::string>() : "{}"};
-      if (out->empty() || out->back().role != "assistant") {
-        out->push_back(ChatMessage{"assistant", ""});
-        pinned->push_back(false);
-      }
-      out->back().tool_calls.push_back(call);
-      continue;
-    }
-    if (type == "function_call_output" && it.value("call_id", Json()).is_string()) {
-      ChatMessage m{"tool", it.value("output", Json("")).is_string() ? it["output"].get<std::string>() : ""};
-      m.tool_call_id = it["call_id"].get<std::string>();
-      out->push_back(std::move(m));
-      pinned->push_back(false);
-      continue;
-    }
-    if (type != "message") continue;
-    const Json role_j = http::ValueOr(it, "role", "user");
-    std::string role = role_j.is_string() ? role_j.get<std::string>() : "user";
-    if (role == "developer") role = "system";
-    auto text = http::Absent(it, "content") ? std::optional<std::string>("") : PartsText(it["content"]);
-    out->push_back(ChatMessage{role, text.value_or("")});
-    pinned->push_back(http::BoolOr(it, "pinned", false));
-  }
-}
 
 Json OutputItem(const std::string& id, const std::string& text, const std::string& status) {
   return {{"type", "message"}, {"id", id}, {"status", status}, {"role", "assistant"},
@@ -241,53 +93,12 @@ Json ItemObject(const StoredItem& it) {
   return j;
 }
 
-std::optional<ApiError> CheckMetadata(const Json& m) {
-  if (!m.is_object()) return http::BadRequest("'metadata' must be an object of strings", "metadata", "invalid_type");
-  if (m.size() > 16) return http::BadRequest("'metadata' may hold at most 16 keys", "metadata", "invalid_value");
-  for (auto it = m.begin(); it != m.end(); ++it) {
-    if (!it.value().is_string() || it.key().size() > 64 || it.value().get<std::string>().size() > 512) {
-      return http::BadRequest("'metadata' values must be strings (keys <= 64, values <= 512 characters)", "metadata", "invalid_value");
-    }
-  }
-  return std::nullopt;
-}
-
 ApiError StoreFailure(const Error& e) { return ToApiError(e, "store: "); }
 
 }  // namespace
 
 void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owner) {
   Store* store = service_.store();
-  auto parsed = http::ParseBody(req.body);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
-  Json body = std::move(std::get<Json>(parsed));
-  using namespace http;  // FieldType bits
-  if (auto e = CheckFields(body, {{"model", kString}, {"input", kString | kArray}, {"instructions", kString},
-                                  {"previous_response_id", kString}, {"conversation", kString | kObject},
-                                  {"store", kBool}, {"max_output_tokens", kInteger}, {"temperature", kNumber},
-                                  {"top_p", kNumber}, {"truncation", kString}, {"stream", kBool},
-                                  {"metadata", kObject}, {"user", kString}, {"seed", kInteger}, {"top_k", kInteger},
-                                  {"min_p", kNumber}, {"stop", kString | kArray}, {"presence_penalty", kNumber},
-                                  {"frequency_penalty", kNumber}, {"repetition_penalty", kNumber},
-                                  {"ignore_eos", kBool}, {"min_tokens", kInteger}, {"parallel_tool_calls", kBool},
-                                  {"tool_choice", kString | kObject}, {"tools", kArray}, {"text", kObject},
-                                  {"reasoning", kObject}, {"service_tier", kString}, {"context_budget", kNumber},
-                                  {"context_mode", kString}, {"context_preset", kString},
-                                  {"context_relevance", kString}, {"context_keep_last", kInteger},
-                                  {"include", kArray}, {"prompt_cache_key", kString}, {"safety_identifier", kString},
-                                  {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
-                                  {"max_tool_calls", kInteger}, {"prompt", kObject}, {"grammar", kString}})) {
-    return SendError(res, *e);
-  }
-  if (!Absent(body, "stream_options")) {
-    if (auto e = CheckFields(body["stream_options"], {{"include_obfuscation", kBool}})) {
-      e->param = "stream_options." + e->param;
-      return SendError(res, *e);
-    }
-  }
-  if (Absent(body, "input")) {
-    return SendError(res, BadRequest("Missing required parameter: 'input'.", "input", "missing_required_parameter"));
-  }
   // An output item's id names its response (msg_<r> is in resp_<r>, see msg_id below): a reference
   // to it is one primary-key lookup, owner-checked, whatever the number of stored responses.
   ItemResolver resolve = [store, &owner](const std::string& id, const std::string& p) -> std::variant<Json, ApiError> {
@@ -309,49 +120,21 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     }
     return missing;
   };
-  auto items_v = InputItems(body["input"], "input", resolve);
-  if (auto* e = std::get_if<ApiError>(&items_v)) return SendError(res, *e);
-  Json input_items = std::get<Json>(items_v);
-  const bool store_it = BoolOr(body, "store", true);
-  const std::string truncation = Absent(body, "truncation") ? "disabled" : body["truncation"].get<std::string>();
-  if (truncation != "disabled" && truncation != "auto") {
-    return SendError(res, BadRequest("'truncation' must be 'auto' or 'disabled'", "truncation", "invalid_value"));
-  }
-  if (!Absent(body, "metadata")) {
-    if (auto e = CheckMetadata(body["metadata"])) return SendError(res, *e);
-  }
-  TurnSpec spec;
-  spec.owner = owner;
-  if (auto e = http::ParseGeneration(body, {"max_output_tokens"}, &spec.request)) return http::SendError(res, *e);
-  if (auto e = ParseKnownFields(body, Endpoint::kResponses, service_.tokenizer().n_vocab(), &spec.request)) {
-    return SendError(res, *e);
-  }
-  if (auto e = ParseOutputFormat(service_, body, req.body, OutputApi::kResponses, &spec.request)) return SendError(res, *e);
-  if (auto e = http::ParseContext(body, &spec.context)) return http::SendError(res, *e);
-  std::vector<bool> history_pins;
-  std::optional<std::string> instructions;
-  if (body.contains("instructions") && body["instructions"].is_string()) instructions = body["instructions"].get<std::string>();
-  auto tools = std::make_shared<ToolRequest>();
-  if (auto e = ParseTools(body, req.body, /*responses=*/true, tools.get())) return SendError(res, *e);
-  // Template variables, the generic tools block (in the instructions) and the grammar; the
-  // messages are prepared below (PrepareToolMessages) once the history is known.
-  if (auto e = ApplyTools(service_, *tools, &spec, &instructions)) return SendError(res, *e);
-
-  // The history: a previous response's chain, or a conversation's items.
+  auto parsed = ParseResponseRequest(service_, req.body, owner, resolve);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
+  ResponseCall& call = std::get<ResponseCall>(parsed);
+  const Json& body = call.body;
+  const Json& input_items = call.input_items;
+  TurnSpec& spec = call.spec;
+  const std::optional<std::string>& instructions = call.instructions;
+  const std::shared_ptr<ToolRequest> tools = call.tools;
+  const std::optional<std::string>& prev_id = call.previous_response_id;
+  const std::optional<std::string>& conv_id = call.conversation_id;
+  const std::string& truncation = call.truncation;
+  const bool store_it = call.store;
+  const bool stream = call.stream;
   std::vector<ChatMessage> history;
-  std::optional<std::string> prev_id, conv_id;
-  if (!Absent(body, "previous_response_id")) prev_id = body["previous_response_id"].get<std::string>();
-  if (!Absent(body, "conversation")) {
-    const Json& c = body["conversation"];
-    if (c.is_string()) conv_id = c.get<std::string>();
-    else if (c.is_object() && c.contains("id") && c["id"].is_string()) conv_id = c["id"].get<std::string>();
-    else return http::SendError(res, http::BadRequest("'conversation' must be an id or {\"id\": ...}", "conversation", "invalid_type"));
-  }
-  if (prev_id && conv_id) {
-    return http::SendError(res, http::BadRequest("'previous_response_id' and 'conversation' cannot be used together", "conversation", "invalid_value"));
-  }
-  spec.chain = !conv_id;  // a previous_response_id chain (or its first turn)
-  spec.instructions = instructions;
+  std::vector<bool> history_pins;
   // The fast path: the previous response is the latest turn of its live session, which holds the
   // chain's whole history: only the new turn is rendered (Service::StartAfterResponse).
   std::optional<ApiResult<StartedTurn>> started;
@@ -459,7 +242,6 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     const int max_ctx = service_.engine().max_context();
     if (static_cast<int>(std::get<0>(toks).size()) >= max_ctx) spec.context.budget = std::max(1, max_ctx * 3 / 4);
   }
-  const bool stream = BoolOr(body, "stream", false);
   if (!started) started = service_.Start(spec);
   if (auto* e = std::get_if<ApiError>(&*started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(*started);

@@ -18,10 +18,6 @@ size_t CommonPrefix(const std::vector<int32_t>& a, size_t a_len, const std::vect
   return i;
 }
 
-ApiError Invalid(std::string msg, std::string param = "") {
-  return ApiError{400, "invalid_request_error", std::move(msg), std::move(param), ""};
-}
-
 }  // namespace
 
 void KeywordTables(const Tokenizer& tokenizer, std::vector<int32_t>* fold, std::vector<int8_t>* word_kind) {
@@ -122,27 +118,6 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     spdlog::info("restored {} sessions from the store", s->sessions_.size());
   }
   return s;
-}
-
-ApiResult<std::string> Service::RenderText(const TurnSpec& spec) const {
-  if (spec.prompt) return *spec.prompt;
-  if (spec.messages.empty()) return Invalid("messages must not be empty", "messages");
-  auto r = template_.Render(spec.messages, /*add_generation_prompt=*/true, spec.template_extra.get());
-  if (!r.ok()) return Invalid("cannot render the conversation with the model's chat template: " + r.error().message, "messages");
-  return std::move(r.value());
-}
-
-std::vector<int32_t> Service::Encode(const TurnSpec& spec, const std::string& text) const {
-  if (spec.prompt) return tok_.Encode(text, /*add_special=*/true, /*parse_special=*/false);
-  // Templates that write the BOS text themselves must not get a second BOS.
-  const bool has_bos_text = tok_.bos() >= 0 && text.rfind(tok_.TokenText(tok_.bos()), 0) == 0;
-  return tok_.Encode(text, /*add_special=*/!has_bos_text, /*parse_special=*/true);
-}
-
-ApiResult<std::vector<int32_t>> Service::Render(const TurnSpec& spec) const {
-  auto text = RenderText(spec);
-  if (auto* err = std::get_if<ApiError>(&text)) return *err;
-  return Encode(spec, std::get<std::string>(text));
 }
 
 std::vector<Service::TurnMark> Service::MarksWithin(const Entry& e, size_t n, const std::string& text) {

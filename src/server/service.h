@@ -135,7 +135,39 @@ struct ServiceConfig {
 // (punctuation, ASCII punctuation bytes, control tokens). O(vocab).
 void KeywordTables(const Tokenizer& tokenizer, std::vector<int32_t>* fold, std::vector<int8_t>* word_kind);
 
-class Service {
+// What reading a request needs of the model being served, without its engine: the tokenizer, the
+// chat template, compiled grammars (structured outputs, forced tool calls) and the rendering of a
+// turn's context to tokens. Service is one (adding the engine, the store and the sessions); the
+// request fuzz target (tests/fuzz) makes one from a vocabulary alone.
+//
+// Thread-safety: every method may be called from any thread.
+class ServedModel {
+ public:
+  ServedModel(const Tokenizer& tokenizer, ChatTemplate chat_template)
+      : tok_(tokenizer), template_(std::move(chat_template)) {}
+
+  const Tokenizer& tokenizer() const { return tok_; }
+  const ChatTemplate& chat_template() const { return template_; }
+  // Renders the turn's context to tokens (BOS and template markers included).
+  ApiResult<std::vector<int32_t>> Render(const TurnSpec& spec) const;
+  // The shared automaton for grammar text over this tokenizer (the vocabulary trie is built on
+  // first use). Errors: kInvalidArgument with the parser's reason.
+  Result<std::shared_ptr<grammar::Automaton>> Grammar(const std::string& text);
+
+ protected:
+  // The rendering of spec.messages (with the generation prompt) or the raw prompt.
+  ApiResult<std::string> RenderText(const TurnSpec& spec) const;
+  std::vector<int32_t> Encode(const TurnSpec& spec, const std::string& text) const;
+
+  const Tokenizer& tok_;
+  ChatTemplate template_;
+
+ private:
+  std::mutex grammar_mu_;
+  std::unique_ptr<grammar::GrammarCache> grammars_;  // built on first use (the trie costs O(vocab))
+};
+
+class Service : public ServedModel {
  public:
   // store may be null (nothing persisted). Loads the stored sessions into the engine.
   static Result<std::unique_ptr<Service>> Create(Engine& engine, const Tokenizer& tokenizer,
@@ -143,13 +175,9 @@ class Service {
                                                  const ServiceConfig& config);
 
   const ServiceConfig& config() const { return config_; }
-  const Tokenizer& tokenizer() const { return tok_; }
-  const ChatTemplate& chat_template() const { return template_; }
   Engine& engine() { return engine_; }
   Store* store() { return store_; }
 
-  // Renders the turn's context to tokens (BOS and template markers included).
-  ApiResult<std::vector<int32_t>> Render(const TurnSpec& spec) const;
   // Picks or makes the session and submits the turn (selecting turns first when the request, or
   // the server default, sets a context budget, or when truncation must shorten the context).
   ApiResult<StartedTurn> Start(TurnSpec spec);
@@ -180,10 +208,6 @@ class Service {
     std::string owner;
     std::string key;  // client session key, if any
   };
-  // The shared automaton for grammar text over this tokenizer (output_format.cpp; the vocabulary
-  // trie is built on first use). Errors: kInvalidArgument with the parser's reason.
-  Result<std::shared_ptr<grammar::Automaton>> Grammar(const std::string& text);
-
   std::vector<SessionView> Sessions(const std::string& owner);
   Status DeleteSession(int64_t id, const std::string& owner);
 
@@ -198,9 +222,6 @@ class Service {
   // Stateless chat's fast path: the session whose latest prompt hashes as the messages before the
   // request's last reply. Cost: hashing the history's bytes once, plus the new turn.
   std::optional<ApiResult<StartedTurn>> StartResent(TurnSpec& spec);
-  // The rendering of spec.messages (with the generation prompt) or the raw prompt.
-  ApiResult<std::string> RenderText(const TurnSpec& spec) const;
-  std::vector<int32_t> Encode(const TurnSpec& spec, const std::string& text) const;
   // How to append the request to the session holding its history up to the last reply, if any.
   struct AppendPlan {
     int64_t source = -1;        // the session
@@ -215,7 +236,7 @@ class Service {
   std::pair<int64_t, size_t> BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens);
 
   Service(Engine& e, const Tokenizer& t, ChatTemplate ct, Store* s, ServiceConfig c)
-      : engine_(e), tok_(t), template_(std::move(ct)), store_(s), config_(std::move(c)) {}
+      : ServedModel(t, std::move(ct)), engine_(e), store_(s), config_(std::move(c)) {}
 
   // A turn appended through the chat template: where its reply lies in the log and what the
   // client got. The log [0, prompt_end) stands for Entry::text [0, text_end).
@@ -256,8 +277,6 @@ class Service {
   void DropExpiredLocked();
 
   Engine& engine_;
-  const Tokenizer& tok_;
-  ChatTemplate template_;
   Store* store_;
   ServiceConfig config_;
   // Selective context's per-conversation state: IDF statistics and turn embeddings, kept across
@@ -268,9 +287,6 @@ class Service {
 
   std::vector<int32_t> fold_;      // [vocab] token -> its lower-case form's id, or itself (keyword relevance)
   std::vector<int8_t> word_kind_;  // [vocab] 1 starts a word, 0 continues one, -1 in none (keyword relevance)
-
-  std::mutex grammar_mu_;
-  std::unique_ptr<grammar::GrammarCache> grammars_;  // built on first use (the trie costs O(vocab))
 
   std::mutex mu_;
   std::unordered_map<int64_t, Entry> sessions_;                     // by engine session id

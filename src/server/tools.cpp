@@ -194,8 +194,8 @@ Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools) {
   return root + any + "\n" + calls + out;
 }
 
-void PrepareToolMessages(const Service& service, std::vector<ChatMessage>* messages) {
-  const ChatTemplate& t = service.chat_template();
+void PrepareToolMessages(const ServedModel& model, std::vector<ChatMessage>* messages) {
+  const ChatTemplate& t = model.chat_template();
   bool has_tool_messages = false;
   for (const ChatMessage& m : *messages) has_tool_messages = has_tool_messages || m.role == "tool" || !m.tool_calls.empty();
   if (!has_tool_messages) return;
@@ -206,12 +206,12 @@ void PrepareToolMessages(const Service& service, std::vector<ChatMessage>* messa
   }
 }
 
-std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, TurnSpec* spec,
+std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools, TurnSpec* spec,
                                    std::optional<std::string>* instructions) {
-  const ChatTemplate& t = service.chat_template();
+  const ChatTemplate& t = model.chat_template();
   const bool native = TemplateRendersTools(t);
   const ToolFormat f = DetectToolFormat(t);
-  PrepareToolMessages(service, &spec->messages);
+  PrepareToolMessages(model, &spec->messages);
   if (native) {
     if (!tools.tools.empty()) {
       auto extra = std::make_shared<jinja::Dict>();
@@ -238,7 +238,7 @@ std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, T
   }
   auto text = ToolCallGrammar(f, tools);
   if (!text.ok()) return Bad("Cannot build the tool-call grammar: " + text.error().message, "tools", "invalid_function_parameters");
-  auto a = service.Grammar(*text);
+  auto a = model.Grammar(*text);
   if (!a.ok()) return Bad("Cannot compile the tool-call grammar: " + a.error().message, "tools", "invalid_function_parameters");
   spec->request.grammar = std::move(*a);
   return std::nullopt;
@@ -261,11 +261,11 @@ ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_
   return out;
 }
 
-ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r) {
+ToolReply ExtractToolCalls(const ServedModel& model, const ToolRequest& tools, const TurnResult& r) {
   if (!tools.parse()) return ToolReply{r.text, {}};
   // The text with control tokens written out (<|python_tag|>, [TOOL_CALLS]); the final
   // end-of-generation token left out.
-  const Tokenizer& tok = service.tokenizer();
+  const Tokenizer& tok = model.tokenizer();
   std::string raw = r.text;
   bool control = false;
   for (int32_t id : r.tokens) control = control || (tok.IsControl(id) && !tok.IsEog(id));
@@ -274,13 +274,13 @@ ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, con
     while (!ids.empty() && tok.IsEog(ids.back())) ids.pop_back();
     raw = tok.Decode(ids, /*skip_special=*/false);
   }
-  return ToolReplyFromText(DetectToolFormat(service.chat_template()), tools, raw);
+  return ToolReplyFromText(DetectToolFormat(model.chat_template()), tools, raw);
 }
 
-ToolHold::ToolHold(const Service& service, const ToolRequest& tools) : tok_(&service.tokenizer()), tools_(&tools) {
+ToolHold::ToolHold(const ServedModel& model, const ToolRequest& tools) : tok_(&model.tokenizer()), tools_(&tools) {
   if (!tools.parse()) return;
   active_ = true;
-  format_ = DetectToolFormat(service.chat_template());
+  format_ = DetectToolFormat(model.chat_template());
   if (tools.choice != ToolChoice::kAuto) {
     holding_ = true;
     return;

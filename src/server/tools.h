@@ -55,13 +55,13 @@ std::optional<ApiError> CheckToolHistory(std::vector<ChatMessage>* messages, con
 // The history's calls and results as the template takes them: rewritten as text for templates
 // without tool support (GenericToolMessages), 9-character ids for Mistral (MistralToolIds).
 // One message out per message in.
-void PrepareToolMessages(const Service& service, std::vector<ChatMessage>* messages);
+void PrepareToolMessages(const ServedModel& model, std::vector<ChatMessage>* messages);
 
 // Prepares spec for rendering (PrepareToolMessages on spec->messages included): template variables or the generic system block and history
 // rewrite; sets the grammar for required / named choices. `instructions` (Responses): where the
 // generic block goes instead of a system message. Shifts spec->hint.reply_message when a system
 // message is inserted.
-std::optional<ApiError> ApplyTools(Service& service, const ToolRequest& tools, TurnSpec* spec,
+std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools, TurnSpec* spec,
                                    std::optional<std::string>* instructions = nullptr);
 
 // The grammar text for tools.choice kRequired / kNamed in format f (exposed for tests).
@@ -73,7 +73,7 @@ struct ToolReply {
   std::string content;
   std::vector<ChatToolCall> calls;
 };
-ToolReply ExtractToolCalls(const Service& service, const ToolRequest& tools, const TurnResult& r);
+ToolReply ExtractToolCalls(const ServedModel& model, const ToolRequest& tools, const TurnResult& r);
 // The same from the reply's text with control tokens written out.
 ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_view raw);
 
@@ -85,7 +85,7 @@ ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_
 // Without tools to look for, everything is released.
 class ToolHold {
  public:
-  ToolHold(const Service& service, const ToolRequest& tools);
+  ToolHold(const ServedModel& model, const ToolRequest& tools);
   // The content to send now for one generated token and its text ("" while held).
   std::string Feed(int32_t token, const std::string& text);
   // At the end of the reply: the content not sent yet (cut-off markup dropped) and the calls in
