@@ -64,15 +64,22 @@ bool AddOv(int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, 
 bool SubOv(int64_t x, int64_t y, int64_t* r) { return __builtin_sub_overflow(x, y, r); }
 bool MulOv(int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); }
 
+// The size of n copies of a sequence of `size`, saturated (size * n wrapped around to a small
+// number for 'xxxx' * 2**62, and the loop below then ran for ever).
+uint64_t RepeatedSize(size_t size, int64_t n) {
+  uint64_t total;
+  return __builtin_mul_overflow(static_cast<uint64_t>(size), static_cast<uint64_t>(n), &total) ? UINT64_MAX : total;
+}
+
 Value Repeat(const Value& seq, int64_t n) {
   if (n <= 0) return seq.is_string() ? Value("") : Value(List{});
   if (seq.is_string()) {
-    CheckStringSize(seq.str().size() * static_cast<uint64_t>(n));
+    CheckStringSize(RepeatedSize(seq.str().size(), n));
     std::string s;
     for (int64_t i = 0; i < n; ++i) s += seq.str();
     return Value(std::move(s));
   }
-  CountIterations(seq.list().size() * static_cast<uint64_t>(n));
+  CountIterations(RepeatedSize(seq.list().size(), n));
   List l;
   for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq.list().begin(), seq.list().end());
   return Value(std::move(l));
@@ -95,6 +102,8 @@ Value Arith(BinOp op, const Value& a, const Value& b) {
         return Value(a.str() + b.str());
       }
       if (a.is_list() && b.is_list()) {
+        // Copying counts as iterations: doubling a list in a loop grew it to gigabytes otherwise.
+        CountIterations(a.list().size() + b.list().size());
         List l = a.list();
         l.insert(l.end(), b.list().begin(), b.list().end());
         return Value(std::move(l));
@@ -567,8 +576,9 @@ void CheckStringSize(size_t n) {
 
 void CountIterations(uint64_t n) {
   if (g_state == nullptr) return;
+  const uint64_t max = g_state->limits->max_loop_iterations;
+  if (n > max || g_state->iterations > max - n) Fail("loop iteration limit exceeded");  // no wrap-around
   g_state->iterations += n;
-  if (g_state->iterations > g_state->limits->max_loop_iterations) Fail("loop iteration limit exceeded");
 }
 
 }  // namespace internal
