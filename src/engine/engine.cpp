@@ -527,6 +527,9 @@ Status CheckRequest(const TurnRequest& req, int n_vocab) {
   if (req.max_tokens < 0 || req.min_tokens < 0) {
     return MakeError(StatusCode::kInvalidArgument, "max_tokens and min_tokens must be >= 0");
   }
+  if (req.logprobs < -1 || req.logprobs > kMaxTopLogprobs) {
+    return MakeError(StatusCode::kInvalidArgument, "logprobs must be -1 (off) or in [0, %d]", kMaxTopLogprobs);
+  }
   for (int32_t id : req.append) {
     if (id < 0 || id >= n_vocab) return MakeError(StatusCode::kInvalidArgument, "token id %d is outside the vocabulary", id);
   }

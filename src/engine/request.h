@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct TurnRequest {
   bool ignore_eos = false;           // keep going past end-of-generation tokens
   bool keep_stop_token = false;      // append a sampled stop token to the session log
   bool capture_logits = false;       // return the logits of the first generated token (tests)
+  // -1: off. 0..kMaxTopLogprobs: each generated token's kText event carries its logprob and this
+  // many most likely alternatives (PositionLogprobs: the model's raw distribution). Costs an
+  // O(vocab) pass per generated token, only when on.
+  int logprobs = -1;
   // Constrained decoding: every generated token keeps the output inside this grammar (built over
   // the engine's tokenizer), and the grammar closes the output in time for max_tokens and the
   // context (automaton.h). The turn ends with kStop once the grammar admits nothing but the end
@@ -97,7 +102,8 @@ struct TurnResult {
 
 struct TurnEvent {
   enum Kind { kText, kDone } kind = kText;
-  int32_t token = -1;   // kText: the token just generated
+  int32_t token = -1;   // kText: the token just generated (-1: text flushed at the end, no token)
+  std::optional<PositionLogprobs> logprobs;  // kText with a token, when TurnRequest::logprobs >= 0
   std::string text;     // kText: text that became final (may be empty)
   TurnResult result;    // kDone
 };

@@ -29,6 +29,8 @@ struct Engine::Running {
   std::optional<StopMatcher> stop;
   std::optional<grammar::Matcher> matcher;  // when req.grammar
   grammar::TokenMask mask;                  // [ceil(vocab / 64)] the matcher's mask of this step
+  LogprobScan logprob_scan;                 // this step's row, scanned (when req.logprobs >= 0)
+  std::optional<PositionLogprobs> logprobs;  // the sampled token's, for EmitToken's event
   TurnResult result;
   double submitted = 0;           // engine clock
   double queued_at = 0;           // when it last entered waiting_ (submitted, or suspended)

@@ -336,6 +336,11 @@ void Engine::RunBatch(const StepPlan& plan) {
     }
     float* l = logits_.data() + row * vocab;
     const int generated = static_cast<int>(r.result.tokens.size());
+    // Logprobs are of the row as the model gave it (over the tokenizer's ids, not padded rows):
+    // scanned before the masks below edit it.
+    if (r.req.logprobs >= 0) {
+      ScanLogprobs(std::span<const float>(l, std::min(vocab, tok_.n_vocab())), r.req.logprobs, &r.logprob_scan);
+    }
     if (r.req.ignore_eos || generated < r.req.min_tokens) {
       for (int32_t id : eog_tokens_) l[id] = -std::numeric_limits<float>::infinity();
     }
@@ -364,6 +369,8 @@ void Engine::RunBatch(const StepPlan& plan) {
       allowed = r.mask;
     }
     int32_t id = r.sampler->Sample(std::span<const float>(l, vocab), r.seq, allowed);
+    // A token masked above is drawn only when every token was (its logprob is then -inf).
+    if (r.req.logprobs >= 0) r.logprobs = r.logprob_scan.For(id, l[id]);
     if (generated == 0) r.result.ttft_seconds = t - r.submitted;
     if (r.matcher) {
       // Sample draws only allowed tokens, so this cannot fail but for a state limit.
@@ -411,6 +418,8 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
   r.tail_unfed = true;
   TurnEvent ev;
   ev.token = id;
+  ev.logprobs = std::move(r.logprobs);
+  r.logprobs.reset();
   auto out = r.stop->Push(r.decoder->Push(id));
   ev.text = out.text;
   r.result.text += out.text;

@@ -390,6 +390,48 @@ int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> 
   return Draw(all, max_logit);
 }
 
+void ScanLogprobs(std::span<const float> logits, int top_n, LogprobScan* out) {
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  top_n = std::clamp(top_n, 0, kMaxTopLogprobs);
+  // As the sampler sanitizes: NaN is -inf, +inf the largest float.
+  auto clean = [](float v) { return std::isnan(v) ? kNegInf : std::min(v, FLT_MAX); };
+  float m = kNegInf;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, clean(x[i]));
+  out->top.clear();
+  if (m == kNegInf) {  // no token is possible: every logprob is -inf
+    out->log_z = std::numeric_limits<double>::infinity();
+    return;
+  }
+  float lane[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += ExpNonPos(clean(x[i + j]) - m);
+  double z = 0.0;
+  for (int j = 0; j < kLanes; ++j) z += lane[j];
+  for (; i < n; ++i) z += ExpNonPos(clean(x[i]) - m);
+  out->log_z = static_cast<double>(m) + std::log(z);
+  if (top_n == 0) return;
+  // The best top_n in Better order, by insertion (logits in `logprob` until the end): after the
+  // first few tokens almost every one fails the first comparison with the worst kept.
+  std::vector<TokenLogprob>& top = out->top;
+  auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
+    return Better({a.logprob, a.id}, {b.logprob, b.id});
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const TokenLogprob c{static_cast<int32_t>(k), clean(x[k])};
+    if (static_cast<int>(top.size()) == top_n && !better(c, top.back())) continue;
+    if (static_cast<int>(top.size()) == top_n) top.pop_back();
+    top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
+  }
+  for (TokenLogprob& t : top) t.logprob = static_cast<float>(static_cast<double>(t.logprob) - out->log_z);
+}
+
+PositionLogprobs LogprobScan::For(int32_t id, float raw_logit) const {
+  const float v = std::isnan(raw_logit) ? kNegInf : std::min(raw_logit, FLT_MAX);
+  return PositionLogprobs{{id, static_cast<float>(static_cast<double>(v) - log_z)}, top};
+}
+
 void LogSoftmax(std::span<const float> logits, std::span<float> out) {
   MNEMO_CHECK(out.size() == logits.size());
   if (logits.empty()) return;

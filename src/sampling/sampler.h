@@ -103,6 +103,35 @@ class Sampler {
   std::vector<double> block_sums_;        // [ceil(n_vocab / kDrawBlock)] sums of weights_ blocks
 };
 
+// A token and its natural-log probability.
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+// One generated position's logprobs (OpenAI's `logprobs`): under the model's own distribution,
+// log-softmax of the raw logits at temperature 1, before logit_bias, penalties, temperature,
+// top-k / top-p / min-p and any grammar mask (what OpenAI reports, and vLLM by default), so that a
+// token's logprob does not depend on how it was drawn.
+struct PositionLogprobs {
+  TokenLogprob chosen;            // the token generated here
+  std::vector<TokenLogprob> top;  // [<= top_n] the most likely tokens, most likely first (lower id on ties)
+};
+
+// The part of PositionLogprobs that needs the whole row, taken before anything edits the row
+// (the engine masks end-of-generation tokens in place). log_z = log Σ_i exp(logit_i), so that
+// logprob(i) = logit_i - log_z; NaN logits count as -inf. top_n in [0, 20] (larger is clamped);
+// `top` is reused (no allocation per call after the first). Cost: O(n_vocab): one max, one
+// exp pass, one insertion pass keeping top_n.
+struct LogprobScan {
+  double log_z = 0;
+  std::vector<TokenLogprob> top;
+  // The position's logprobs once the token is known; raw_logit: its logit in the row scanned.
+  PositionLogprobs For(int32_t id, float raw_logit) const;
+};
+void ScanLogprobs(std::span<const float> logits, int top_n, LogprobScan* out);
+inline constexpr int kMaxTopLogprobs = 20;
+
 // Numerically stable log-softmax: out[i] = x[i] - log(sum_j exp(x[j])), accumulated in double.
 // out may alias logits. If every logit is -inf the distribution is undefined and out is all -inf.
 void LogSoftmax(std::span<const float> logits, std::span<float> out);

@@ -419,6 +419,44 @@ TEST(LogSoftmax, MatchesScalarReference) {
   for (size_t i = 0; i < l.size(); ++i) EXPECT_NEAR(ls2[i], ls[i], 2e-2);
 }
 
+TEST(ScanLogprobs, MatchesLogSoftmaxAndRanksTheTop) {
+  std::vector<float> l = RandomLogits(1000, 9, 4.0);
+  l[17] = l[18] = 30.0f;  // a tie at the top: the lower id first
+  const std::vector<float> ls = LogSoftmax(l);
+  LogprobScan scan;
+  ScanLogprobs(l, 5, &scan);
+  for (int32_t id : {0, 17, 500, 999}) {
+    const PositionLogprobs p = scan.For(id, l[id]);
+    EXPECT_EQ(p.chosen.id, id);
+    EXPECT_NEAR(p.chosen.logprob, ls[id], 1e-4);
+  }
+  std::vector<int32_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  ASSERT_EQ(scan.top.size(), 5u);
+  EXPECT_EQ(scan.top[0].id, 17);
+  EXPECT_EQ(scan.top[1].id, 18);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(scan.top[k].id, order[k]);
+    EXPECT_NEAR(scan.top[k].logprob, ls[order[k]], 1e-4);
+  }
+  // More than 20 alternatives are clamped; none asked gives none; reuse clears the last row's.
+  ScanLogprobs(l, 50, &scan);
+  EXPECT_EQ(scan.top.size(), size_t(kMaxTopLogprobs));
+  ScanLogprobs(l, 0, &scan);
+  EXPECT_TRUE(scan.top.empty());
+  // NaN counts as -inf, +inf as the largest float; a row of nothing but -inf gives -inf.
+  std::vector<float> odd = {0.0f, std::nanf(""), kInf, -kInf};
+  ScanLogprobs(odd, 4, &scan);
+  EXPECT_NEAR(scan.For(2, odd[2]).chosen.logprob, 0.0f, 1e-6);
+  EXPECT_EQ(scan.For(1, odd[1]).chosen.logprob, -kInf);
+  EXPECT_EQ(scan.top[0].id, 2);
+  std::vector<float> none = {-kInf, -kInf};
+  ScanLogprobs(none, 2, &scan);
+  EXPECT_EQ(scan.For(0, none[0]).chosen.logprob, -kInf);
+  EXPECT_TRUE(scan.top.empty());
+}
+
 // Per-call cost at a Llama-3-sized vocabulary. Prints figures; the bound only catches a blowup
 // (for example a full sort per call), not noise on a shared machine.
 TEST(Sampler, LargeVocabCost) {
