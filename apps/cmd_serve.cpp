@@ -16,6 +16,27 @@
 namespace mnemo::app {
 namespace {
 
+// "fp_" + 12 hex digits naming what decides the outputs: the model file (weights and vocabulary),
+// the numerics (precision, KV dtype) and this build (a hash of the running executable, so that any
+// rebuild changes it). Cost: reading the weights and the executable once at start.
+std::string SystemFingerprint(const Runtime& rt, const std::string& precision) {
+  uint64_t exe = 0;
+  if (std::FILE* f = std::fopen("/proc/self/exe", "rb")) {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    char buf[1 << 16];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) XXH3_64bits_update(st, buf, n);
+    exe = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    std::fclose(f);
+  }
+  const uint64_t parts[4] = {rt.file->Fingerprint(), exe, static_cast<uint64_t>(rt.kv_dtype),
+                             XXH3_64bits(precision.data(), precision.size())};
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(parts, sizeof parts)));
+  return "fp_" + std::string(hex, 12);
+}
+
 struct ServeFlags {
   std::string model, tokenizer, db, model_name;
   ServerConfig server;
@@ -76,6 +97,7 @@ int RunServe(ServeFlags& f) {
     sc.token_identity = XXH3_64bits(parts, sizeof parts);
   }
   sc.render_windows = !f.render_whole;
+  sc.system_fingerprint = SystemFingerprint(rt, f.runtime.precision);
   // Selective context embeds turns with the model's own token embeddings (no extra model pass).
   const TensorRef emb = rt.file->weights().tok_embd;
   sc.embed_dim = static_cast<int>(emb.cols);

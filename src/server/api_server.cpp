@@ -355,6 +355,52 @@ ApiServer::StreamOpen ApiServer::OpenStream(const StartedTurn& t, const std::str
   return StreamOpen::kOpen;
 }
 
+void ApiServer::StartChoices(StartedTurn t, const TurnRequest& request, int n, const std::string& owner,
+                             std::shared_ptr<http::Reply> reply, ChoicesStart start) {
+  std::shared_ptr<TurnHandle> handle = t.handle;
+  reply->OnClose([handle] { handle->Cancel(); });  // the client went away: stop computing
+  DriveTurn(handle, [=, this]() -> bool {
+    TurnEvent ev;
+    while (t.handle->TryNext(&ev)) {
+      if (ev.kind != TurnEvent::kDone) continue;
+      const TurnResult r = std::move(ev.result);
+      metrics_.Turn(r);
+      auto c = service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // a failed turn is discarded here
+      std::optional<ApiError> failed;
+      if (auto* e = std::get_if<ApiError>(&c)) failed = *e;
+      if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
+      if (!failed && !Completed(r.finish_reason)) {  // cancelled: the client is gone, or shutdown
+        failed = ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
+                          "unavailable"};
+      }
+      if (failed) {
+        reply->Send(http::ErrorResponse(*failed));
+        return true;
+      }
+      // Forking waits on the engine: on the worker pool, not the events lane.
+      http_->Post([=, this] {
+        auto choices = service_.StartChoices(t, request, n, owner);
+        if (auto* e = std::get_if<ApiError>(&choices)) return reply->Send(http::ErrorResponse(*e));
+        start(r, std::move(std::get<std::vector<StartedTurn>>(choices)));
+      });
+      return true;
+    }
+    return false;
+  });
+}
+
+bool ApiServer::BeginChoices(const std::vector<StartedTurn>& choices, http::Reply& reply, bool open_stream) {
+  std::vector<std::shared_ptr<TurnHandle>> handles;
+  for (const StartedTurn& c : choices) handles.push_back(c.handle);
+  reply.OnClose([handles] {  // the client went away: stop generating
+    for (const auto& h : handles) h->Cancel();
+  });
+  if (!open_stream) return true;
+  http::Response head;
+  head.set_header("Content-Type", "text/event-stream");
+  return reply.Begin(std::move(head));
+}
+
 ApiServer::http_json_t ApiServer::StatusJson() const {
   const QueueState q = service_.engine().Queue();
   Json queue = {{"waiting", q.waiting},

@@ -87,6 +87,17 @@ class ApiServer {
   // Runs step on the worker pool whenever the turn has news (an event, its admission), one call at
   // a time, until step returns true. Nothing waits on the turn meanwhile.
   void DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::function<bool()> step);
+  // n > 1 choices: runs the prompt's turn `t` (StartedTurn::prefill) to its end and commits it,
+  // then starts the choices (Service::StartChoices, on the worker pool: it waits on the engine) and
+  // hands them to `start` with the prompt's result. A failure is answered on `reply` (nothing was
+  // sent before); the client going away cancels the prompt's turn.
+  using ChoicesStart = std::function<void(std::optional<TurnResult> prompt, std::vector<StartedTurn> choices)>;
+  void StartChoices(StartedTurn t, const TurnRequest& request, int n, const std::string& owner,
+                    std::shared_ptr<http::Reply> reply, ChoicesStart start);
+  // The start of a request's choices (n > 1, or the one turn): the client going away cancels them
+  // all; with open_stream (n > 1: the prompt's turn was admitted and is done, so the status is
+  // decided) the event-stream head goes out now. Returns whether the client still reads.
+  bool BeginChoices(const std::vector<StartedTurn>& choices, http::Reply& reply, bool open_stream);
   // The queue and the server's state (/health, /ready).
   http_json_t StatusJson() const;
 

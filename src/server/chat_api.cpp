@@ -1,28 +1,17 @@
 // POST /v1/chat/completions and POST /v1/completions.
+#include <atomic>
 #include <chrono>
+#include <mutex>
 
 #include "server/api_server.h"
 #include "server/http_util.h"
+#include "server/logprobs_json.h"
 #include "server/request_parse.h"
 #include "server/tools.h"
 
 namespace mnemo {
 
 using http::Json;
-
-namespace {
-
-// The end of a non-streaming turn: commits it; returns the result.
-std::variant<TurnResult, ApiError> RunToEnd(Service& service, Metrics& metrics, const StartedTurn& t, TurnResult r,
-                                            const std::string& owner) {
-  metrics.Turn(r);
-  auto c = service.Commit(t, r, std::nullopt, std::nullopt, owner);  // a failed turn is discarded here
-  if (r.finish_reason == FinishReason::kError) return ToApiError(r.error);
-  if (auto* e = std::get_if<ApiError>(&c)) return *e;
-  return r;
-}
-
-}  // namespace
 
 void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& owner) {
   auto parsed = ParseChatCompletion(service_, req.body, owner);
@@ -32,164 +21,198 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   const std::shared_ptr<ToolRequest> tools = call.tools;
   const bool stream = call.stream;
   const bool include_usage = call.include_usage;
+  const int n = call.n;
   spec.hint.key = req.get_header_value("X-Session-Id");
+  const bool logprobs = spec.request.logprobs >= 0;
+  const TurnRequest choice_request = spec.request;
+  if (n > 1) AsPrefill(&spec.request);
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
+  t.prefill = n > 1;
   if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
   if (t.windowed) metrics_.WindowedTurn();
   const std::string id = NewId("chatcmpl-");
   const int64_t created = http::UnixSeconds();
   const std::string model = service_.config().model_name;
+  const std::string fingerprint = service_.config().system_fingerprint;
+  const Tokenizer* tok = &service_.tokenizer();
+  const ContextReport context = t.context;
   res.set_header("X-Session-Id", req.get_header_value("X-Session-Id"));
-
   auto reply = res.Defer();
-  if (!stream) {
-    return DriveTurn(t.handle, [=, this]() -> bool {
-      TurnEvent ev;
-      while (t.handle->TryNext(&ev)) {
-        if (ev.kind != TurnEvent::kDone) continue;
-        auto r = RunToEnd(service_, metrics_, t, std::move(ev.result), owner);
-        if (auto* e = std::get_if<ApiError>(&r)) {
-          reply->Send(http::ErrorResponse(*e));
-          return true;
-        }
-        const TurnResult& tr = std::get<TurnResult>(r);
-        const ToolReply tool = ExtractToolCalls(service_, *tools, tr);
-        Json message = {{"role", "assistant"}, {"content", tool.content}};
-        std::string finish = FinishReasonName(tr.finish_reason);
-        if (!tool.calls.empty()) {
-          if (tool.content.empty()) message["content"] = nullptr;
-          message["tool_calls"] = ToolCallsJson(tool.calls);
-          finish = "tool_calls";
-        }
-        Json j = {{"id", id},
-                  {"object", "chat.completion"},
-                  {"created", created},
-                  {"model", model},
-                  {"choices", Json::array({{{"index", 0},
-                                            {"message", std::move(message)},
-                                            {"logprobs", nullptr},
-                                            {"finish_reason", finish}}})},
-                  {"usage", http::ChatUsage(tr)}};
-        if (t.context.applied) j["mnemo_context"] = http::ContextJson(t.context);
-        reply->Send(http::JsonResponse(j));
-        return true;
-      }
-      return false;
-    });
-  }
 
-  auto chunk = [=](Json delta, Json finish) {
+  // lp: the logprobs of the tokens this chunk's text came from (taken; null without logprobs).
+  auto chunk = [=](int index, Json delta, Json finish, std::vector<PositionLogprobs>* lp = nullptr) {
+    Json lj = nullptr;
+    if (logprobs && lp) {
+      lj = http::ChatLogprobs(*tok, *lp);
+      lp->clear();
+    }
     return Json{{"id", id},
                 {"object", "chat.completion.chunk"},
                 {"created", created},
                 {"model", model},
-                {"choices", Json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr},
+                {"system_fingerprint", fingerprint},
+                {"choices", Json::array({{{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(lj)},
                                           {"finish_reason", std::move(finish)}}})}};
   };
-  // A stream commits to status 200 with its head, so the head waits for the turn's admission.
-  Service* service = &service_;
-  Metrics* metrics = &metrics_;
-  std::shared_ptr<TurnHandle> handle = t.handle;
-  reply->OnClose([handle] { handle->Cancel(); });  // the client went away: stop generating
-  struct StreamState {
-    bool head = false;
-    bool alive = true;
+  // One choice while it runs.
+  struct Choice {
+    StartedTurn turn;
+    std::vector<PositionLogprobs> lp;  // logprobs of tokens whose text has not gone out yet
+    std::optional<ToolHold> hold;      // tool calls under auto (ToolHold), across the steps of one stream
+    std::optional<CallStream> calls;   // required / a named tool: the reply is calls, streamed as they come
     std::chrono::steady_clock::time_point last;
-    std::optional<ToolHold> hold;  // across the steps of one stream
-    bool forced = false;           // required / a named tool: the reply is calls, streamed as they come
-    std::optional<CallStream> calls;
+    bool role_sent = false;
   };
-  auto state = std::make_shared<StreamState>();
-  state->hold.emplace(*service, *tools);
-  state->forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
-  state->calls.emplace(DetectToolFormat(service->chat_template()));
-  DriveTurn(t.handle, [=, this]() -> bool {
-    auto write = [&](const std::string& s) { return reply->Write(s); };
-    bool& alive = state->alive;
-    auto& last = state->last;
-    if (!state->head) {
-      const StreamOpen open = OpenStream(t, owner, *reply, &alive);
-      if (open == StreamOpen::kLater) return false;
-      if (open == StreamOpen::kFailed) return true;
-      state->head = true;
-      alive = alive && write(http::SseData(chunk({{"role", "assistant"}, {"content", ""}}, nullptr)));
-      last = std::chrono::steady_clock::now();
-    }
-    TurnEvent ev;
-    // Tool calls under auto: text goes out as content until a call opener, the rest is held and
-    // sent as tool_calls deltas at the end (ToolHold).
-    ToolHold& hold = *state->hold;
-    // Under required / a named tool the reply is calls in the grammar's shape: streamed as they
-    // are generated.
-    const bool forced = state->forced;
-    CallStream& calls = *state->calls;
-    while (t.handle->TryNext(&ev)) {
-      if (ev.kind == TurnEvent::kText) {
-        auto now = std::chrono::steady_clock::now();
-        metrics->InterToken(std::chrono::duration<double>(now - last).count());
-        last = now;
-        if (forced) {
-          for (Json& d : calls.Feed(ev.text)) {
-            if (alive) alive = write(http::SseData(chunk({{"tool_calls", Json::array({std::move(d)})}}, nullptr)));
+  // What the choices share: the answer is complete when the last one ends.
+  struct Run {
+    std::mutex mu;
+    int left = 0;                    // choices still running
+    Json choices;                    // not streamed: [n] each choice's object, once ended
+    std::optional<ApiError> error;   // not streamed: the first failure, which is the answer
+    std::optional<TurnResult> prompt;  // the prompt's turn, when n > 1 (usage counts it once)
+    int64_t completion_tokens = 0;
+    TurnResult last;                 // a choice's result (usage for n = 1)
+    bool head = false;               // streamed: the head went out
+    std::atomic<bool> alive{true};   // streamed: the client still reads
+  };
+  auto run = std::make_shared<Run>();
+  const bool forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
+  auto usage = [run]() {
+    return run->prompt ? http::ChatUsage(*run->prompt, run->completion_tokens) : http::ChatUsage(run->last);
+  };
+  // Drives choice i to its end, then (the last one) completes the answer.
+  auto drive = [=, this](int i, StartedTurn turn) {
+    auto c = std::make_shared<Choice>();
+    c->turn = std::move(turn);
+    c->hold.emplace(service_, *tools);
+    c->calls.emplace(DetectToolFormat(service_.chat_template()));
+    c->last = std::chrono::steady_clock::now();
+    const std::shared_ptr<TurnHandle> handle = c->turn.handle;
+    DriveTurn(handle, [=, this]() -> bool {
+      const StartedTurn& t = c->turn;
+      auto write = [&](const std::string& s) {
+        if (run->alive && !reply->Write(s)) run->alive = false;
+        if (!run->alive) t.handle->Cancel();  // the client went away: stop generating
+        return run->alive.load();
+      };
+      if (stream && !run->head) {  // one choice: the head waits for its admission
+        bool alive = true;
+        const StreamOpen open = OpenStream(t, owner, *reply, &alive);
+        if (open == StreamOpen::kLater) return false;
+        if (open == StreamOpen::kFailed) return true;
+        run->head = true;
+        run->alive = alive;
+      }
+      if (stream && !c->role_sent) {
+        c->role_sent = true;
+        write(http::SseData(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr)));
+      }
+      TurnEvent ev;
+      while (t.handle->TryNext(&ev)) {
+        if (ev.kind == TurnEvent::kText) {
+          if (ev.logprobs) c->lp.push_back(std::move(*ev.logprobs));
+          if (!stream) continue;
+          auto now = std::chrono::steady_clock::now();
+          metrics_.InterToken(std::chrono::duration<double>(now - c->last).count());
+          c->last = now;
+          if (forced) {  // calls in the grammar's shape: streamed as they are generated
+            for (Json& d : c->calls->Feed(ev.text)) write(http::SseData(chunk(i, {{"tool_calls", Json::array({std::move(d)})}}, nullptr)));
+            continue;
           }
-          if (!alive) t.handle->Cancel();
+          // Text goes out as content until a call opener; the rest is held and sent as calls at the end.
+          const std::string out = c->hold->Feed(ev.token, ev.text);
+          if (!out.empty()) write(http::SseData(chunk(i, {{"content", out}}, nullptr, &c->lp)));
           continue;
         }
-        const std::string out = hold.Feed(ev.token, ev.text);
-        if (alive && !out.empty()) alive = write(http::SseData(chunk({{"content", out}}, nullptr)));
-        if (!alive) t.handle->Cancel();  // the client went away: stop generating
-        continue;
-      }
-      const TurnResult& r = ev.result;
-      metrics->Turn(r);
-      auto c = service->Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
-      if (!alive) {
+        const TurnResult& r = ev.result;
+        metrics_.Turn(r);
+        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
+        std::optional<ApiError> failed;
+        if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
+        if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
+        std::lock_guard<std::mutex> lock(run->mu);
+        run->left--;
+        run->completion_tokens += static_cast<int64_t>(r.tokens.size());
+        run->last = r;
+        if (!stream) {
+          if (failed && !run->error) run->error = failed;
+          if (!failed) {
+            const ToolReply tool = ExtractToolCalls(service_, *tools, r);
+            Json message = {{"role", "assistant"}, {"content", tool.content}};
+            std::string finish = FinishReasonName(r.finish_reason);
+            if (!tool.calls.empty()) {
+              if (tool.content.empty()) message["content"] = nullptr;
+              message["tool_calls"] = ToolCallsJson(tool.calls);
+              finish = "tool_calls";
+            }
+            run->choices[i] = {{"index", i}, {"message", std::move(message)},
+                               {"logprobs", logprobs ? http::ChatLogprobs(*tok, c->lp) : Json(nullptr)},
+                               {"finish_reason", finish}};
+          }
+          if (run->left > 0) return true;
+          if (run->error) {
+            reply->Send(http::ErrorResponse(*run->error));
+            return true;
+          }
+          Json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+                    {"system_fingerprint", fingerprint}, {"choices", run->choices}, {"usage", usage()}};
+          if (context.applied) j["mnemo_context"] = http::ContextJson(context);
+          reply->Send(http::JsonResponse(j));
+          return true;
+        }
+        if (failed) {
+          write(http::SseData(Json{{"error", {{"message", failed->message}, {"type", failed->type}, {"code", failed->code}}}}));
+        } else {
+          std::string finish = FinishReasonName(r.finish_reason);
+          if (forced) {
+            if (c->calls->calls() > 0) finish = "tool_calls";
+          } else {
+            // The content held back and the calls from the first opener on.
+            const ToolReply tool = c->hold->End();
+            if (!tool.calls.empty()) finish = "tool_calls";
+            if (!tool.content.empty()) write(http::SseData(chunk(i, {{"content", tool.content}}, nullptr, &c->lp)));
+            // As OpenAI streams a call: index, id, type and name with empty arguments, then the
+            // arguments in pieces.
+            for (size_t k = 0; k < tool.calls.size(); k++) {
+              const ChatToolCall& call = tool.calls[k];
+              write(http::SseData(chunk(i, {{"tool_calls", Json::array({{{"index", k}, {"id", call.id}, {"type", "function"},
+                                                                          {"function", {{"name", call.name}, {"arguments", ""}}}}})}},
+                                        nullptr)));
+              for (const std::string& piece : Utf8Pieces(call.arguments, 16)) {
+                write(http::SseData(chunk(i, {{"tool_calls", Json::array({{{"index", k}, {"function", {{"arguments", piece}}}}})}}, nullptr)));
+              }
+            }
+          }
+          // Tokens whose text never went out as content (held back, or calls) report here.
+          Json last = chunk(i, Json::object(), finish, c->lp.empty() ? nullptr : &c->lp);
+          if (context.applied) last["mnemo_context"] = http::ContextJson(context);
+          write(http::SseData(last));
+        }
+        if (run->left > 0) return true;
+        if (include_usage && run->alive) {
+          write(http::SseData(Json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                                   {"system_fingerprint", fingerprint}, {"choices", Json::array()}, {"usage", usage()}}));
+        }
+        write("data: [DONE]\n\n");
         reply->End();
         return true;
       }
-      if (auto* e = std::get_if<ApiError>(&c)) {
-        write(http::SseData(Json{{"error", {{"message", e->message}, {"type", e->type}}}}));
-      } else if (r.finish_reason == FinishReason::kError) {
-        const ApiError e = ToApiError(r.error);
-        write(http::SseData(Json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code}}}}));
-      } else {
-        std::string finish = FinishReasonName(r.finish_reason);
-        if (forced) {
-          if (calls.calls() > 0) finish = "tool_calls";
-        } else {
-          // The content held back and the calls from the first opener on.
-          const ToolReply tool = hold.End();
-          if (!tool.calls.empty()) finish = "tool_calls";
-          if (!tool.content.empty()) write(http::SseData(chunk({{"content", tool.content}}, nullptr)));
-          // As OpenAI streams a call: index, id, type and name with empty arguments, then the
-          // arguments in pieces.
-          for (size_t k = 0; k < tool.calls.size(); k++) {
-            const ChatToolCall& c = tool.calls[k];
-            write(http::SseData(chunk({{"tool_calls", Json::array({{{"index", k}, {"id", c.id}, {"type", "function"},
-                                                                     {"function", {{"name", c.name}, {"arguments", ""}}}}})}},
-                                      nullptr)));
-            for (const std::string& piece : Utf8Pieces(c.arguments, 16)) {
-              write(http::SseData(chunk({{"tool_calls", Json::array({{{"index", k}, {"function", {{"arguments", piece}}}}})}}, nullptr)));
-            }
-          }
-        }
-        Json last = chunk(Json::object(), finish);
-        if (t.context.applied) last["mnemo_context"] = http::ContextJson(t.context);
-        write(http::SseData(last));
-        if (include_usage) {
-          Json u = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                    {"choices", Json::array()}, {"usage", http::ChatUsage(r)}};
-          write(http::SseData(u));
-        }
-      }
-      write("data: [DONE]\n\n");
-      reply->End();
-      return true;
-    }
-    return false;
-  });
+      return false;
+    });
+  };
+  auto start = [=, this](std::optional<TurnResult> prompt, std::vector<StartedTurn> turns) {
+    run->left = static_cast<int>(turns.size());
+    run->choices = Json::array();
+    for (size_t i = 0; i < turns.size(); i++) run->choices.push_back(nullptr);
+    run->prompt = std::move(prompt);
+    run->head = stream && run->prompt;
+    run->alive = BeginChoices(turns, *reply, run->head);
+    for (size_t i = 0; i < turns.size(); i++) drive(static_cast<int>(i), std::move(turns[i]));
+  };
+  if (n == 1) return start(std::nullopt, {std::move(t)});
+  StartChoices(std::move(t), choice_request, n, owner, reply, start);
 }
 
 void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) {
@@ -197,71 +220,128 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   TurnSpec& spec = std::get<CompletionCall>(parsed).spec;
   const bool stream = std::get<CompletionCall>(parsed).stream;
+  const int n = std::get<CompletionCall>(parsed).n;
   spec.hint.key = req.get_header_value("X-Session-Id");
+  const bool logprobs = spec.request.logprobs >= 0;
+  const TurnRequest choice_request = spec.request;
+  if (n > 1) AsPrefill(&spec.request);
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
+  t.prefill = n > 1;
   const std::string id = NewId("cmpl-");
   const int64_t created = http::UnixSeconds();
   const std::string model = service_.config().model_name;
-  auto object = [=](const std::string& text, Json finish) {
-    return Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
-                {"choices", Json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}}})}};
+  const std::string fingerprint = service_.config().system_fingerprint;
+  const Tokenizer* tok = &service_.tokenizer();
+  // Choice `index`'s object; lp: the logprobs of the tokens the text came from (taken), their
+  // text_offset from *offset on.
+  auto choice = [=](int index, const std::string& text, Json finish, std::vector<PositionLogprobs>* lp,
+                    size_t* offset) {
+    Json lj = nullptr;
+    if (logprobs && lp) {
+      lj = http::CompletionLogprobs(*tok, *lp, *offset);
+      *offset += http::PiecesBytes(*tok, *lp);
+      lp->clear();
+    }
+    return Json{{"index", index}, {"text", text}, {"logprobs", std::move(lj)}, {"finish_reason", std::move(finish)}};
   };
+  auto object = [=](Json choices) {
+    return Json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+                {"system_fingerprint", fingerprint}, {"choices", std::move(choices)}};
+  };
+  struct Choice {
+    StartedTurn turn;
+    std::vector<PositionLogprobs> lp;  // tokens whose text has not gone out
+    size_t offset = 0;                 // text_offset of the next token
+  };
+  // What the choices share: the answer is complete when the last one ends.
+  struct Run {
+    std::mutex mu;
+    int left = 0;
+    Json choices;                      // not streamed: [n] each choice's object, once ended
+    std::optional<ApiError> error;     // not streamed: the first failure, which is the answer
+    std::optional<TurnResult> prompt;  // the prompt's turn, when n > 1 (usage counts it once)
+    int64_t completion_tokens = 0;
+    TurnResult last;
+    bool head = false;
+    std::atomic<bool> alive{true};
+  };
+  auto run = std::make_shared<Run>();
   auto reply = res.Defer();
-  if (!stream) {
-    return DriveTurn(t.handle, [=, this]() -> bool {
+  auto drive = [=, this](int i, StartedTurn turn) {
+    auto c = std::make_shared<Choice>();
+    c->turn = std::move(turn);
+    const std::shared_ptr<TurnHandle> handle = c->turn.handle;
+    DriveTurn(handle, [=, this]() -> bool {
+      const StartedTurn& t = c->turn;
+      auto write = [&](const std::string& s) {
+        if (run->alive && !reply->Write(s)) run->alive = false;
+        if (!run->alive) t.handle->Cancel();
+        return run->alive.load();
+      };
+      if (stream && !run->head) {  // one choice: the head waits for its admission
+        bool alive = true;
+        const StreamOpen open = OpenStream(t, owner, *reply, &alive);
+        if (open == StreamOpen::kLater) return false;
+        if (open == StreamOpen::kFailed) return true;
+        run->head = true;
+        run->alive = alive;
+      }
       TurnEvent ev;
       while (t.handle->TryNext(&ev)) {
-        if (ev.kind != TurnEvent::kDone) continue;
-        auto r = RunToEnd(service_, metrics_, t, std::move(ev.result), owner);
-        if (auto* e = std::get_if<ApiError>(&r)) {
-          reply->Send(http::ErrorResponse(*e));
+        if (ev.kind == TurnEvent::kText) {
+          if (ev.logprobs) c->lp.push_back(std::move(*ev.logprobs));
+          if (stream && !ev.text.empty()) {
+            write(http::SseData(object(Json::array({choice(i, ev.text, nullptr, &c->lp, &c->offset)}))));
+          }
+          continue;
+        }
+        const TurnResult& r = ev.result;
+        metrics_.Turn(r);
+        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);
+        std::lock_guard<std::mutex> lock(run->mu);
+        run->left--;
+        run->completion_tokens += static_cast<int64_t>(r.tokens.size());
+        run->last = r;
+        const Json usage = run->prompt ? http::ChatUsage(*run->prompt, run->completion_tokens) : http::ChatUsage(r);
+        if (!stream) {
+          if (auto* e = std::get_if<ApiError>(&committed); e && !run->error) run->error = *e;
+          if (r.finish_reason == FinishReason::kError && !run->error) run->error = ToApiError(r.error);
+          run->choices[i] = choice(i, r.text, FinishReasonName(r.finish_reason), &c->lp, &c->offset);
+          if (run->left > 0) return true;
+          if (run->error) {
+            reply->Send(http::ErrorResponse(*run->error));
+            return true;
+          }
+          Json j = object(run->choices);
+          j["usage"] = usage;
+          reply->Send(http::JsonResponse(j));
           return true;
         }
-        const TurnResult& tr = std::get<TurnResult>(r);
-        Json j = object(tr.text, FinishReasonName(tr.finish_reason));
-        j["usage"] = http::ChatUsage(tr);
-        reply->Send(http::JsonResponse(j));
+        Json last = object(Json::array({choice(i, "", FinishReasonName(r.finish_reason), c->lp.empty() ? nullptr : &c->lp,
+                                               &c->offset)}));
+        if (run->left == 0) last["usage"] = usage;
+        write(http::SseData(last));
+        if (run->left > 0) return true;
+        write("data: [DONE]\n\n");
+        reply->End();
         return true;
       }
       return false;
     });
-  }
-  Service* service = &service_;
-  Metrics* metrics = &metrics_;
-  std::shared_ptr<TurnHandle> handle = t.handle;
-  reply->OnClose([handle] { handle->Cancel(); });
-  auto head = std::make_shared<bool>(false);
-  auto alive = std::make_shared<bool>(true);
-  DriveTurn(t.handle, [=, this]() -> bool {
-    auto write = [&](const std::string& s) { return reply->Write(s); };
-    if (!*head) {
-      const StreamOpen open = OpenStream(t, owner, *reply, alive.get());
-      if (open == StreamOpen::kLater) return false;
-      if (open == StreamOpen::kFailed) return true;
-      *head = true;
-    }
-    TurnEvent ev;
-    while (t.handle->TryNext(&ev)) {
-      if (ev.kind == TurnEvent::kText) {
-        if (*alive && !ev.text.empty()) *alive = write(http::SseData(object(ev.text, nullptr)));
-        if (!*alive) t.handle->Cancel();
-        continue;
-      }
-      metrics->Turn(ev.result);
-      auto c = service->Commit(t, ev.result, std::nullopt, std::nullopt, owner);
-      if (*alive) {
-        Json last = object("", FinishReasonName(ev.result.finish_reason));
-        last["usage"] = http::ChatUsage(ev.result);
-        write(http::SseData(last));
-        write("data: [DONE]\n\n");
-      }
-      reply->End();
-      return true;
-    }
-    return false;
-  });
+  };
+  auto start = [=, this](std::optional<TurnResult> prompt, std::vector<StartedTurn> turns) {
+    run->left = static_cast<int>(turns.size());
+    run->choices = Json::array();
+    for (size_t i = 0; i < turns.size(); i++) run->choices.push_back(nullptr);
+    run->prompt = std::move(prompt);
+    run->head = stream && run->prompt;
+    run->alive = BeginChoices(turns, *reply, run->head);
+    for (size_t i = 0; i < turns.size(); i++) drive(static_cast<int>(i), std::move(turns[i]));
+  };
+  if (n == 1) return start(std::nullopt, {std::move(t)});
+  StartChoices(std::move(t), choice_request, n, owner, reply, start);
 }
 
 }  // namespace mnemo

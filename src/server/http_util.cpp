@@ -262,8 +262,6 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
   // answer); with one, the same seed, prompt and parameters give the same tokens.
   req->sampling.seed = i ? static_cast<uint64_t>(*i) : FreshSeed();
   i.reset();
-  if (auto e = Integer(body, "n", 1, 1, &i)) return e;  // one choice per request
-  i.reset();
   if (auto e = Integer(body, "min_tokens", 0, 1 << 20, &i)) return e;
   if (i) req->min_tokens = static_cast<int>(*i);
   if (auto e = Bool(body, "ignore_eos", &b)) return e;
@@ -294,6 +292,13 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
   }
   Status st = req->sampling.Validate();
   if (!st.ok()) return BadRequest(st.error().message, "", "invalid_value");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseChoices(const Json& body, int* n) {
+  std::optional<int64_t> i;
+  if (auto e = Integer(body, "n", 1, kMaxChoices, &i)) return e;
+  *n = i ? static_cast<int>(*i) : 1;
   return std::nullopt;
 }
 
@@ -366,8 +371,9 @@ int64_t UnixSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Json ChatUsage(const TurnResult& r) {
-  const int64_t completion = static_cast<int64_t>(r.tokens.size());
+Json ChatUsage(const TurnResult& r) { return ChatUsage(r, static_cast<int64_t>(r.tokens.size())); }
+
+Json ChatUsage(const TurnResult& r, int64_t completion) {
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", completion},
           {"total_tokens", r.prompt_tokens + completion},

@@ -83,6 +83,11 @@ Json ValueOr(const Json& obj, const char* key, Json fallback);
 std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<const char*> max_token_fields,
                                         TurnRequest* req);
 
+// `n`, the choices a chat or completions request asks for: 1 to kMaxChoices (a 400 naming `n`
+// otherwise). Responses have no `n` (an unknown member there).
+inline constexpr int kMaxChoices = 8;
+std::optional<ApiError> ParseChoices(const Json& body, int* n);
+
 // Selective-context members: context_budget (a token count >= 1 or a share < 1), context_mode
 // ("reuse" or "exact"), context_preset (scoring weights), context_relevance ("keyword",
 // "embedding", "centred", "whitened"), context_keep_last (newest turns always kept), and
@@ -101,6 +106,8 @@ int64_t UnixSeconds();
 
 // The usage block of a finished turn, chat-completions style or responses style.
 Json ChatUsage(const TurnResult& r);
+// n > 1 choices: the prompt's turn (its tokens counted once) and the choices' generated tokens.
+Json ChatUsage(const TurnResult& prompt, int64_t completion_tokens);
 Json ResponsesUsage(const TurnResult& r);
 
 }  // namespace mnemo::http

@@ -1,5 +1,6 @@
 #include "server/openai_fields.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -53,18 +54,45 @@ std::optional<ApiError> NoTools(const Json& body, Endpoint ep) {
   return std::nullopt;
 }
 
+// logprobs: chat `logprobs: true` with `top_logprobs` alternatives (0 to 20; only with logprobs);
+// completions `logprobs: N` alternatives (0 to 20); Responses `include:
+// ["message.output_text.logprobs"]` or `top_logprobs` above 0. *out: -1 (off) or the alternatives.
+std::optional<ApiError> Logprobs(const Json& body, Endpoint ep, int* out) {
+  auto count = [&](const char* key, int* n) -> std::optional<ApiError> {
+    if (Absent(body, key)) return std::nullopt;
+    const Json& v = body[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTopLogprobs) {
+      return BadRequest(std::string("'") + key + "' must be an integer between 0 and " + std::to_string(kMaxTopLogprobs),
+                        key, "invalid_value");
+    }
+    *n = static_cast<int>(v.get<int64_t>());
+    return std::nullopt;
+  };
+  int top = -1;
+  if (ep == Endpoint::kCompletions) return count("logprobs", out);
+  if (auto e = count("top_logprobs", &top)) return e;
+  if (ep == Endpoint::kChat) {
+    const bool on = BoolOr(body, "logprobs", false);
+    if (top > 0 && !on) {
+      return BadRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value");
+    }
+    if (on) *out = std::max(top, 0);
+    return std::nullopt;
+  }
+  bool included = false;
+  if (!Absent(body, "include") && body["include"].is_array()) {
+    for (const Json& v : body["include"]) included = included || v == "message.output_text.logprobs";
+  }
+  if (included || top > 0) *out = std::max(top, 0);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseKnownFields(const Json& body, Endpoint ep, int n_vocab, TurnRequest* req) {
   if (auto e = LogitBias(body, n_vocab, &req->sampling)) return e;
   if (auto e = NoTools(body, ep)) return e;
-  if (!Absent(body, "top_logprobs")) {
-    const Json& v = body["top_logprobs"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 20) {
-      return BadRequest("'top_logprobs' must be an integer between 0 and 20", "top_logprobs", "invalid_value");
-    }
-    if (v.get<int64_t>() > 0) return Unsupported("top_logprobs", "'top_logprobs' above 0");
-  }
+  if (auto e = Logprobs(body, ep, &req->logprobs)) return e;
   if (!Absent(body, "modalities")) {
     for (const auto& m : body["modalities"]) {
       if (m != "text") return Unsupported("modalities", "Output modalities other than \"text\"");

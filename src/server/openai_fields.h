@@ -5,7 +5,8 @@
 //
 // Accepted and ignored (no effect on the output; docs/api.md): prompt_cache_key (mnemo matches
 // prompt prefixes itself), safety_identifier, reasoning_effort / reasoning, verbosity, prediction
-// (a speed hint), service_tier, user, metadata on chat. Implemented here: logit_bias.
+// (a speed hint), service_tier, user, metadata on chat. Implemented here: logit_bias, and which
+// logprobs a turn reports (TurnRequest::logprobs).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,8 +18,8 @@ namespace mnemo::http {
 
 enum class Endpoint : uint8_t { kChat, kCompletions, kResponses };
 
-// Checks the known-but-neutral members of `body` for `ep` and applies logit_bias to
-// req->sampling (token ids checked against n_vocab). Call after CheckFields.
+// Checks the known-but-neutral members of `body` for `ep`, applies logit_bias to req->sampling
+// (token ids checked against n_vocab) and sets req->logprobs. Call after CheckFields.
 std::optional<ApiError> ParseKnownFields(const nlohmann::json& body, Endpoint ep, int n_vocab, TurnRequest* req);
 
 }  // namespace mnemo::http

@@ -259,7 +259,6 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
                                   {"response_format", kObject}, {"grammar", kString}})) {
     return *e;
   }
-  if (BoolOr(body, "logprobs", false)) return BadRequest("logprobs are not supported", "logprobs", "unsupported_parameter");
   TurnSpec spec;
   auto msgs = ParseMessages(body, &spec.pinned);
   if (auto* e = std::get_if<ApiError>(&msgs)) return *e;
@@ -283,7 +282,9 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
     }
     include_usage = BoolOr(so, "include_usage", false);
   }
-  return ChatCall{std::move(spec), std::move(tools), stream, include_usage};
+  int n = 1;
+  if (auto e = ParseChoices(body, &n)) return *e;
+  return ChatCall{std::move(spec), std::move(tools), stream, include_usage, n};
 }
 
 ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string& raw_body, const std::string& owner) {
@@ -314,7 +315,9 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
   if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kCompletions, &spec.request)) return *e;
   if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
   const bool stream = BoolOr(body, "stream", false);
-  return CompletionCall{std::move(spec), stream};
+  int n = 1;
+  if (auto e = ParseChoices(body, &n)) return *e;
+  return CompletionCall{std::move(spec), stream, n};
 }
 
 ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::string& raw_body, const std::string& owner,

@@ -25,6 +25,7 @@ struct ChatCall {
   std::shared_ptr<ToolRequest> tools;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int n = 1;                   // choices (1 to http::kMaxChoices)
 };
 ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& raw_body, const std::string& owner);
 
@@ -32,6 +33,7 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
 struct CompletionCall {
   TurnSpec spec;
   bool stream = false;
+  int n = 1;  // choices (1 to http::kMaxChoices)
 };
 ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string& raw_body, const std::string& owner);
 

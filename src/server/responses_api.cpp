@@ -7,6 +7,7 @@
 
 #include "server/api_server.h"
 #include "server/http_util.h"
+#include "server/logprobs_json.h"
 #include "server/request_parse.h"
 #include "server/tools.h"
 
@@ -262,10 +263,15 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   sr.request_json = body.dump();
   sr.input_items_json = input_items.dump();
   const std::string msg_id = "msg_" + sr.id.substr(sr.id.find('_') + 1);  // see `resolve` above
+  // Logprobs (include "message.output_text.logprobs"): of the tokens generated so far; reported on
+  // the output_text part of the response returned (not stored: GET gives the text alone).
+  const bool logprobs = spec.request.logprobs >= 0;
+  auto lps = std::make_shared<std::vector<PositionLogprobs>>();
+  const Tokenizer* tok = &service_.tokenizer();
 
   // Finishes the response: commits the turn, the response row and conversation items at once.
   // given: the reply as a stream already split it into content and calls (else parsed from r).
-  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools](const TurnResult& r,
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools, logprobs, lps, tok](const TurnResult& r,
                                                                                     std::optional<ToolReply> given = std::nullopt) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
@@ -295,6 +301,11 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner);
     if (auto* e = std::get_if<ApiError>(&c)) return *e;
     Json obj = ResponseObject(sr, Json::parse(sr.request_json), output, usage);
+    if (logprobs) {
+      for (Json& item : obj["output"]) {
+        if (item["type"] == "message") item["content"][0]["logprobs"] = http::ResponsesLogprobs(*tok, *lps);
+      }
+    }
     if (t.context.applied) obj["mnemo_context"] = http::ContextJson(t.context);
     return obj;
   };
@@ -304,7 +315,10 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     return DriveTurn(t.handle, [=, this]() mutable -> bool {
       TurnEvent ev;
       while (t.handle->TryNext(&ev)) {
-        if (ev.kind != TurnEvent::kDone) continue;
+        if (ev.kind != TurnEvent::kDone) {
+          if (ev.logprobs) lps->push_back(std::move(*ev.logprobs));
+          continue;
+        }
         auto out = finish(ev.result);
         if (auto* e = std::get_if<ApiError>(&out)) {
           reply->Send(http::ErrorResponse(*e));
@@ -327,6 +341,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     std::optional<ToolHold> hold;  // across the steps of one stream
     bool forced = false;           // required / a named tool: the reply is calls, streamed as they come
     std::optional<CallStream> calls;
+    size_t lp_sent = 0;  // lps' entries that went out with a delta
   };
   auto state = std::make_shared<StreamState>();
   state->hold.emplace(service_, *tools);
@@ -350,10 +365,16 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       emit("response.content_part.added", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                                            {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
     };
+    // A delta carries the logprobs of the tokens its text came from (those not sent before).
     auto text_delta = [&](const std::string& text) {
       open_message();
+      Json lj = Json::array();
+      if (logprobs) {
+        lj = http::ResponsesLogprobs(*tok, std::span<const PositionLogprobs>(*lps).subspan(state->lp_sent));
+        state->lp_sent = lps->size();
+      }
       emit("response.output_text.delta", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                          {"delta", text}, {"logprobs", Json::array()}});
+                                          {"delta", text}, {"logprobs", std::move(lj)}});
     };
     ToolHold& hold = *state->hold;
     if (!state->head) {
@@ -369,6 +390,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     TurnEvent ev;
     while (t.handle->TryNext(&ev)) {
       if (ev.kind == TurnEvent::kText) {
+        if (ev.logprobs) lps->push_back(std::move(*ev.logprobs));
         if (state->forced) {
           // As OpenAI streams a call: the item with empty arguments once its name is known, then
           // the arguments as they are generated.
@@ -418,7 +440,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
             if (!unsent.empty()) text_delta(unsent);
             open_message();
             emit("response.output_text.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
-                                               {"text", text}, {"logprobs", Json::array()}});
+                                               {"text", text}, {"logprobs", http::ValueOr(item["content"][0], "logprobs", Json::array())}});
             emit("response.content_part.done", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                                                 {"part", item["content"][0]}});
             emit("response.output_item.done", {{"output_index", 0}, {"item", item}});

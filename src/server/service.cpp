@@ -182,16 +182,21 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
       if (it != sessions_.end() && !it->second.busy && (mark = turn_of(it->second, -1))) best = it->first;
       explicit_session = true;
     } else {
+      // Sessions branching from one prompt (n > 1 choices, regenerated replies) differ in their
+      // reply: the one whose reply is the client's, as its latest turn, is continued in place.
+      int best_rank = -1;
       for (const auto& [id, e] : sessions_) {
         if (e.owner != spec.owner || e.busy || e.marks.empty()) continue;
         const TurnMark* m = turn_of(e, -1);
         if (!m) continue;
         const bool latest = m == &e.marks.back() && e.tokens.size() == m->end;
-        if (best < 0 || latest) {
+        const int rank = (m->reply == msgs[n_old].content ? 2 : 0) + (latest ? 1 : 0);
+        if (rank > best_rank) {
           best = id;
           mark = m;
+          best_rank = rank;
         }
-        if (latest) break;
+        if (rank == 3) break;
       }
     }
     if (best < 0) return std::nullopt;
@@ -430,6 +435,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
       store_truncate = it->second.store_truncate;
     }
   }
+  const bool nothing_new = t.prefill && r.log_append.empty() && unstored.empty();
   const std::string response_id = response ? response->id : std::string();
   std::vector<int32_t> commit_tokens;
   if (keep && store_) {
@@ -440,54 +446,58 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
         return StoreError(f.error(), "could not store the turn: ");
       }
     }
-    TurnCommit c;
-    c.session_id = t.session;
-    c.create_session = t.new_session || !unstored.empty();
-    c.owner = owner;
-    if (!c.create_session && !t.fork_of) c.truncate_to = store_truncate;
-    c.begin = r.log_begin;
-    c.prompt_end = t.prompt_tokens;
-    c.tokens = r.log_append;
-    if (!unstored.empty()) {  // the composed context becomes part of the session's first stored turn
-      commit_tokens = unstored;
-      commit_tokens.insert(commit_tokens.end(), r.log_append.begin(), r.log_append.end());
-      c.begin = 0;
-      c.tokens = commit_tokens;
-    }
-    c.complete = true;
-    c.response = std::move(response);
-    c.conversation = std::move(conversation);
-    auto ids = store_->CommitTurn(c);
-    if (!ids.ok()) {
-      // The engine's log now holds a turn the store does not (and after a lost compare-and-set,
-      // the store holds turns this copy lacks): forget the local copy, so the next turn of the
-      // conversation rebuilds it from the stored text instead of appending to a diverged log.
-      spdlog::error("session {}: storing a turn failed ({}): {}; dropping the local copy", t.session,
-                    StatusCodeName(ids.error().code), ids.error().message);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ForgetLocked(t.session);
+    // A prompt that was all in the log already (n > 1 choices after a fork at its end) has no
+    // tokens to store: the fork above is all; an earlier cut of the log waits for the next commit.
+    if (!nothing_new) {
+      TurnCommit c;
+      c.session_id = t.session;
+      c.create_session = t.new_session || !unstored.empty();
+      c.owner = owner;
+      if (!c.create_session && !t.fork_of) c.truncate_to = store_truncate;
+      c.begin = r.log_begin;
+      c.prompt_end = t.prompt_tokens;
+      c.tokens = r.log_append;
+      if (!unstored.empty()) {  // the composed context becomes part of the session's first stored turn
+        commit_tokens = unstored;
+        commit_tokens.insert(commit_tokens.end(), r.log_append.begin(), r.log_append.end());
+        c.begin = 0;
+        c.tokens = commit_tokens;
       }
-      Status d = engine_.DeleteSession(t.session);
-      if (!d.ok()) spdlog::warn("session {}: dropping the local copy failed: {}", t.session, d.error().message);
-      return StoreError(ids.error(), "could not store the turn: ");
+      c.complete = true;
+      c.response = std::move(response);
+      c.conversation = std::move(conversation);
+      auto ids = store_->CommitTurn(c);
+      if (!ids.ok()) {
+        // The engine's log now holds a turn the store does not (and after a lost compare-and-set,
+        // the store holds turns this copy lacks): forget the local copy, so the next turn of the
+        // conversation rebuilds it from the stored text instead of appending to a diverged log.
+        spdlog::error("session {}: storing a turn failed ({}): {}; dropping the local copy", t.session,
+                      StatusCodeName(ids.error().code), ids.error().message);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ForgetLocked(t.session);
+        }
+        Status d = engine_.DeleteSession(t.session);
+        if (!d.ok()) spdlog::warn("session {}: dropping the local copy failed: {}", t.session, d.error().message);
+        return StoreError(ids.error(), "could not store the turn: ");
+      }
+      item_ids = std::move(ids.value());
     }
-    item_ids = std::move(ids.value());
   }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = sessions_[t.session];
-  e.busy = false;
+  e.busy = keep && t.prefill;  // a prompt computed for n choices stays reserved for them (StartChoices)
   if (keep) e.unstored_prefix.clear();
   const size_t kept = keep ? std::min(e.tokens.size(), static_cast<size_t>(r.log_begin)) : e.tokens.size();
   if (keep) {
-    e.store_truncate.reset();
+    if (!nothing_new) e.store_truncate.reset();
     e.version++;
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
     UnlinkLocked(t.session, e);
     // A templated turn: remember where its reply is (also when the whole prompt was already in the
     // log, e.g. a fork at the end of an identical prompt: log_begin == prompt_tokens).
-    if (!e.text.empty() && t.prompt_tokens >= r.log_begin && t.prompt_tokens > 0) {
+    if (!t.prefill && !e.text.empty() && t.prompt_tokens >= r.log_begin && t.prompt_tokens > 0) {
       e.marks.push_back(TurnMark{static_cast<size_t>(t.prompt_tokens), e.tokens.size(), e.text.size(), r.text});
       if (t.window && windows_) {  // the fast paths may continue it
         e.window = t.window;

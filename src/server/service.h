@@ -107,10 +107,24 @@ struct StartedTurn {
   bool chain = false;                        // TurnSpec::chain (and no context selection applied)
   std::optional<std::string> instructions;   // TurnSpec::instructions
   bool windowed = false;      // rendered from a window (tests: the whole history was not rendered)
+  // The prompt of a request with n > 1 choices, computed alone (max_tokens 0): once committed, its
+  // session stays reserved (busy) for Service::StartChoices.
+  bool prefill = false;
 };
+
+// The seed of choice i of a request with `seed`: the seed itself for choice 0, unrelated streams
+// (splitmix64) for the others, so that a seeded request reproduces all of its choices.
+uint64_t ChoiceSeed(uint64_t seed, int i);
+// Makes req the turn that computes the prompt of a request with n > 1 choices: nothing generated
+// (max_tokens 0), nothing to constrain or report.
+void AsPrefill(TurnRequest* req);
 
 struct ServiceConfig {
   std::string model_name;        // the id served in /v1/models and responses
+  // Chat and completion responses' system_fingerprint: names the model file and the numerics that
+  // decide its outputs (apps/cmd_serve.cpp), so that a client can tell when a seed may no longer
+  // reproduce an answer.
+  std::string system_fingerprint;
   int min_reuse_tokens = 16;     // a shared prefix shorter than this starts a new session
   std::function<void(int32_t, float*)> embed;  // row of the token embedding table (selective context)
   int embed_dim = 0;             // its width
@@ -196,6 +210,18 @@ class Service : public ServedModel {
   // Selective context: replaces spec.messages by the kept turns (and, in reuse mode, composes a
   // session from the cached KV and points spec.hint at it). Returns what was kept.
   ApiResult<ContextReport> SelectContext(TurnSpec& spec, double budget);
+  // n > 1 choices (chat and completions). Start a turn with max_tokens 0 and StartedTurn::prefill
+  // set, commit it (its session then stays reserved), then call this: it forks that session n - 1
+  // times at its end (copy-on-write: the prompt's KV is computed once and shared) and starts one
+  // turn per choice with `request` (its append, session and seed replaced): choice 0 continues the
+  // session itself, choice i > 0 its own fork, with seed ChoiceSeed(seed, i). Each choice's turn is
+  // then committed as any other (Commit), and its session holds that choice's conversation: a
+  // follow-up that resends the history with choice i's reply continues choice i's session (the
+  // reply's own tokens, nothing recomputed). Waits on the engine (one call per fork). On an error
+  // nothing is left: started choices are cancelled and discarded, the forks dropped, the session
+  // freed. Errors: the engine's (a session that expired meanwhile, shutdown).
+  ApiResult<std::vector<StartedTurn>> StartChoices(const StartedTurn& prefill, const TurnRequest& request, int n,
+                                                   const std::string& owner);
   // After the turn's kDone: commits a finished turn (and the optional response / conversation
   // update) durably, or forgets a cancelled one. Returns the conversation item ids added.
   ApiResult<std::vector<std::string>> Commit(const StartedTurn& t, const TurnResult& r,

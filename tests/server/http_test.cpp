@@ -70,7 +70,7 @@ TEST(Http, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":0})", 400},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-3})", 400},
-      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":3})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":9})", 400},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", 400},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", 400},
       {"/v1/completions", R"({"prompt":7})", 400},

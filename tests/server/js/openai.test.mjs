@@ -133,3 +133,28 @@ test('models.retrieve and a regenerate without seed', async () => {
   const texts = new Set([await ask(), await ask(), await ask(), await ask()]);
   assert.ok(texts.size >= 2, 'four unseeded draws were all the same');
 });
+
+test('n: 3 choices with logprobs, streamed and not', async () => {
+  const messages = [{ role: 'user', content: 'Once upon a time' }];
+  const r = await client.chat.completions.create({
+    model, messages, n: 3, max_tokens: 12, temperature: 1, seed: 9, logprobs: true, top_logprobs: 2,
+  });
+  assert.equal(r.choices.length, 3);
+  assert.ok(r.system_fingerprint.startsWith('fp_'));
+  for (const [i, c] of r.choices.entries()) {
+    assert.equal(c.index, i);
+    const content = c.logprobs.content;
+    assert.equal(content.map((e) => e.token).join(''), c.message.content);
+    for (const e of content) {
+      assert.ok(e.logprob <= 0 && e.top_logprobs.length === 2);
+      assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+      assert.ok(Math.exp(e.top_logprobs[0].logprob) + Math.exp(e.top_logprobs[1].logprob) <= 1 + 1e-6);
+    }
+  }
+  const stream = await client.chat.completions.create({ model, messages, n: 3, max_tokens: 12, temperature: 1, seed: 9, stream: true });
+  const texts = ['', '', ''];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) texts[c.index] += c.delta.content ?? '';
+  }
+  assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+});

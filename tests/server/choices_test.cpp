@@ -1,0 +1,186 @@
+// n > 1 choices on chat completions and completions (issue 12), against a real server on 127.0.0.1
+// (stories260K): the prompt is computed once and forked per choice, each choice samples its own
+// stream, usage counts the prompt once, streams interleave choices by index, and a follow-up that
+// resends the history with any one choice's reply continues that choice's session.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "server_process.h"
+
+namespace mnemo::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+std::vector<Json> Events(const std::string& body) {
+  std::vector<Json> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string data = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (data == "[DONE]") break;
+    out.push_back(Json::parse(data));
+  }
+  return out;
+}
+
+class Choices : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{});
+    ASSERT_GT(server_->port(), 0) << server_->log();
+  }
+  Json Post(const std::string& path, const Json& body, int expect = 200) {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post(path.c_str(), body.dump(), "application/json");
+    if (!r) {
+      ADD_FAILURE() << path << ": no response";
+      return Json();
+    }
+    EXPECT_EQ(r->status, expect) << body.dump() << " -> " << r->body;
+    if (body.value("stream", false) && r->status == 200) return Events(r->body);
+    return Json::parse(r->body, nullptr, false);
+  }
+  Json Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", server_->port());
+    auto r = c.Get(path.c_str());
+    return r ? Json::parse(r->body, nullptr, false) : Json();
+  }
+  // Context tokens whose KV was computed (new or recomputed) over all finished turns.
+  long Computed() {
+    httplib::Client c("127.0.0.1", server_->port());
+    auto r = c.Get("/metrics");
+    long sum = 0;
+    for (const char* src : {"new", "recomputed"}) {
+      const std::string key = std::string("mnemo_context_tokens_total{source=\"") + src + "\"} ";
+      const size_t p = r ? r->body.find(key) : std::string::npos;
+      if (p != std::string::npos) sum += std::stol(r->body.substr(p + key.size()));
+    }
+    return sum;
+  }
+  std::unique_ptr<ServerProcess> server_;
+};
+
+const Json kMessages = Json::array({{{"role", "system"}, {"content", "You tell short stories about animals."}},
+                                    {{"role", "user"}, {"content", "Once upon a time, a little fox"}}});
+
+TEST_F(Choices, ChatForksThePromptOncePerChoice) {
+  const long before = Computed();
+  Json body = {{"messages", kMessages}, {"n", 3}, {"max_tokens", 16}, {"temperature", 1}, {"seed", 11},
+               {"logprobs", true}};
+  Json j = Post("/v1/chat/completions", body);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_EQ(j["choices"].size(), 3u) << j.dump();
+  std::set<std::string> texts;
+  size_t entries = 0;
+  for (int i = 0; i < 3; i++) {
+    const Json& c = j["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    texts.insert(c["message"]["content"].get<std::string>());
+    entries += c["logprobs"]["content"].size();
+  }
+  EXPECT_GE(texts.size(), 2u) << j.dump();  // each choice draws its own stream
+  // The prompt counted once; the completion tokens of all choices (each may end with its EOS).
+  const Json& u = j["usage"];
+  const long prompt = u["prompt_tokens"];
+  EXPECT_GE(u["completion_tokens"].get<size_t>(), entries);
+  EXPECT_LE(u["completion_tokens"].get<size_t>(), entries + 3);
+  EXPECT_EQ(u["total_tokens"].get<long>(), prompt + u["completion_tokens"].get<long>());
+  // Computed once: the prompt's positions plus at most one re-fed position per choice (3 prompts
+  // computed separately would be 3x).
+  const long computed = Computed() - before;
+  EXPECT_GE(computed, prompt);
+  EXPECT_LE(computed, prompt + 3) << server_->log();
+  // Three sessions, each holding the prompt and its own reply.
+  Json sessions = Get("/v1/sessions");
+  EXPECT_EQ(sessions["data"].size(), 3u) << sessions.dump();
+  // A seed reproduces every choice.
+  Json again = Post("/v1/chat/completions", body);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(again["choices"][i]["message"], j["choices"][i]["message"]);
+
+  // A follow-up with any choice's reply continues that choice's session: its prompt and reply are
+  // cached (nothing but the new message is computed), and no session is added.
+  for (int i = 0; i < 3; i++) {
+    Json msgs = kMessages;
+    msgs.push_back({{"role", "assistant"}, {"content", j["choices"][i]["message"]["content"]}});
+    msgs.push_back({{"role", "user"}, {"content", "And then?"}});
+    const size_t reply = j["choices"][i]["logprobs"]["content"].size();
+    Json f = Post("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 4}});
+    ASSERT_TRUE(f.is_object());
+    // (A reply cut by max_tokens ends with a token never fed: that one is computed now.)
+    EXPECT_GE(f["usage"]["prompt_tokens_details"]["cached_tokens"].get<size_t>(), prompt + reply - 1) << i << " " << f.dump();
+    EXPECT_EQ(f["usage"]["mnemo_tokens_by_source"]["recomputed"], 0) << i;
+  }
+  EXPECT_EQ(Get("/v1/sessions")["data"].size(), 6u);  // three per request; the follow-ups added none
+}
+
+TEST_F(Choices, ChatStreamsInterleaveChoicesByIndex) {
+  Json body = {{"messages", kMessages}, {"n", 2}, {"max_tokens", 12}, {"temperature", 1}, {"seed", 5}};
+  Json whole = Post("/v1/chat/completions", body);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  Json events = Post("/v1/chat/completions", body);
+  std::map<int, std::string> text;
+  std::map<int, int> roles, finishes;
+  Json usage;
+  for (const Json& ev : events) {
+    EXPECT_TRUE(ev["system_fingerprint"].get<std::string>().starts_with("fp_"));
+    if (ev.contains("usage") && !ev["usage"].is_null()) usage = ev["usage"];
+    for (const Json& c : ev["choices"]) {
+      const int i = c["index"];
+      if (c["delta"].contains("role")) roles[i]++;
+      if (c["delta"].contains("content")) text[i] += c["delta"]["content"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finishes[i]++;
+    }
+  }
+  ASSERT_EQ(text.size(), 2u);
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(roles[i], 1);
+    EXPECT_EQ(finishes[i], 1);
+    EXPECT_EQ(text[i], whole["choices"][i]["message"]["content"]) << i;
+  }
+  EXPECT_EQ(usage["prompt_tokens"], whole["usage"]["prompt_tokens"]);
+  EXPECT_EQ(usage["completion_tokens"], whole["usage"]["completion_tokens"]);
+}
+
+TEST_F(Choices, CompletionsAndBounds) {
+  Json body = {{"prompt", "Once upon a time"}, {"n", 2}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 3},
+               {"logprobs", 1}};
+  Json j = Post("/v1/completions", body);
+  ASSERT_EQ(j["choices"].size(), 2u) << j.dump();
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    std::string joined;
+    for (const Json& t : j["choices"][i]["logprobs"]["tokens"]) joined += t.get<std::string>();
+    EXPECT_EQ(joined, j["choices"][i]["text"]);
+  }
+  body["stream"] = true;
+  std::map<int, std::string> text;
+  for (const Json& ev : Post("/v1/completions", body)) {
+    for (const Json& c : ev["choices"]) text[c["index"]] += c["text"].get<std::string>();
+  }
+  for (int i = 0; i < 2; i++) EXPECT_EQ(text[i], j["choices"][i]["text"]) << i;
+
+  // n is 1 to 8 on both APIs; Responses have no n.
+  for (int n : {0, 9}) {
+    Json e = Post("/v1/chat/completions", {{"messages", kMessages}, {"n", n}}, 400);
+    EXPECT_EQ(e["error"]["param"], "n");
+    e = Post("/v1/completions", {{"prompt", "x"}, {"n", n}}, 400);
+    EXPECT_EQ(e["error"]["param"], "n");
+  }
+  Post("/v1/responses", {{"input", "x"}, {"n", 2}}, 400);
+  // n = 1 stays the plain path: one session, one choice.
+  Json one = Post("/v1/chat/completions", {{"messages", kMessages}, {"n", 1}, {"max_tokens", 2}});
+  EXPECT_EQ(one["choices"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace mnemo::testing
