@@ -394,35 +394,47 @@ void ScanLogprobs(std::span<const float> logits, int top_n, LogprobScan* out) {
   const size_t n = logits.size();
   const float* x = logits.data();
   top_n = std::clamp(top_n, 0, kMaxTopLogprobs);
-  // As the sampler sanitizes: NaN is -inf, +inf the largest float.
-  auto clean = [](float v) { return std::isnan(v) ? kNegInf : std::min(v, FLT_MAX); };
-  float m = kNegInf;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, clean(x[i]));
   out->top.clear();
+  // As the sampler sanitizes: NaN is -inf, +inf the largest float. NaN never wins a comparison,
+  // so the max and the top need no pass of their own for it; in the sum a NaN weighs exp(-88)
+  // (ExpNonPos's floor), nothing next to the best token's 1. A row with +inf takes the slow path.
+  float m = MaxValue(x, n);
+  const bool has_inf = m == std::numeric_limits<float>::infinity();
+  auto clean = [](float v) { return std::isnan(v) ? kNegInf : std::min(v, FLT_MAX); };
+  if (has_inf) m = FLT_MAX;
   if (m == kNegInf) {  // no token is possible: every logprob is -inf
     out->log_z = std::numeric_limits<double>::infinity();
     return;
   }
   float lane[kLanes] = {};
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] += ExpNonPos(clean(x[i + j]) - m);
+  if (has_inf) {
+    for (; i < n; ++i) lane[0] += ExpNonPos(clean(x[i]) - m);
+  } else {
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lane[j] += ExpNonPos(x[i + j] - m);
+    for (; i < n; ++i) lane[0] += ExpNonPos(x[i] - m);
+  }
   double z = 0.0;
   for (int j = 0; j < kLanes; ++j) z += lane[j];
-  for (; i < n; ++i) z += ExpNonPos(clean(x[i]) - m);
   out->log_z = static_cast<double>(m) + std::log(z);
   if (top_n == 0) return;
-  // The best top_n in Better order, by insertion (logits in `logprob` until the end): after the
-  // first few tokens almost every one fails the first comparison with the worst kept.
+  // The best top_n in Better order, by insertion (logits in `logprob` until the end): almost every
+  // token fails the one comparison with the worst kept.
   std::vector<TokenLogprob>& top = out->top;
   auto better = [](const TokenLogprob& a, const TokenLogprob& b) {
     return Better({a.logprob, a.id}, {b.logprob, b.id});
   };
+  float worst = kNegInf;  // the worst kept once top_n are kept (ties are decided by Better)
   for (size_t k = 0; k < n; ++k) {
+    if (!(x[k] >= worst)) continue;  // below, or NaN
     const TokenLogprob c{static_cast<int32_t>(k), clean(x[k])};
-    if (static_cast<int>(top.size()) == top_n && !better(c, top.back())) continue;
-    if (static_cast<int>(top.size()) == top_n) top.pop_back();
+    if (static_cast<int>(top.size()) == top_n) {
+      if (!better(c, top.back())) continue;
+      top.pop_back();
+    }
     top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
+    if (static_cast<int>(top.size()) == top_n) worst = top.back().logprob;
   }
   for (TokenLogprob& t : top) t.logprob = static_cast<float>(static_cast<double>(t.logprob) - out->log_z);
 }

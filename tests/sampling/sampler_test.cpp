@@ -451,6 +451,13 @@ TEST(ScanLogprobs, MatchesLogSoftmaxAndRanksTheTop) {
   EXPECT_NEAR(scan.For(2, odd[2]).chosen.logprob, 0.0f, 1e-6);
   EXPECT_EQ(scan.For(1, odd[1]).chosen.logprob, -kInf);
   EXPECT_EQ(scan.top[0].id, 2);
+  // Without +inf (the fast path): a NaN is never among the top and weighs nothing.
+  std::vector<float> nan_row = {0.0f, std::nanf(""), 1.0f};
+  ScanLogprobs(nan_row, 3, &scan);
+  ASSERT_EQ(scan.top.size(), 2u);
+  EXPECT_EQ(scan.top[0].id, 2);
+  EXPECT_NEAR(scan.top[0].logprob, 1.0 - std::log(1.0 + std::exp(1.0)), 1e-6);
+  EXPECT_EQ(scan.For(1, nan_row[1]).chosen.logprob, -kInf);
   std::vector<float> none = {-kInf, -kInf};
   ScanLogprobs(none, 2, &scan);
   EXPECT_EQ(scan.For(0, none[0]).chosen.logprob, -kInf);
