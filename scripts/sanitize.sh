@@ -45,5 +45,5 @@ for kind in "${kinds[@]}"; do
   # Only the targets built above have discovered tests; the rest (and the non-GoogleTest tests that
   # need the whole build) register as *_NOT_BUILT placeholders and are excluded.
   env "${env_vars[@]}" ctest --test-dir "$dir" --output-on-failure -j "$jobs" \
-    -E '_NOT_BUILT$|^(kernels_test_portable|type_golden_test_portable|openai_client_js|bench_serve_http|status_page_browser)$'
+    -E '_NOT_BUILT$|^(kernels_test_portable|kernels_test_avx2|type_golden_test_portable|openai_client_js|bench_serve_http|status_page_browser)$'
 done
