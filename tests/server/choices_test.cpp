@@ -11,25 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "post_json.h"
 #include "server_process.h"
 
 namespace mnemo::testing {
 namespace {
 
 using Json = nlohmann::json;
-
-std::vector<Json> Events(const std::string& body) {
-  std::vector<Json> out;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    const std::string data = body.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (data == "[DONE]") break;
-    out.push_back(Json::parse(data));
-  }
-  return out;
-}
 
 class Choices : public ::testing::Test {
  protected:
@@ -38,16 +26,7 @@ class Choices : public ::testing::Test {
     ASSERT_GT(server_->port(), 0) << server_->log();
   }
   Json Post(const std::string& path, const Json& body, int expect = 200) {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(60, 0);
-    auto r = c.Post(path.c_str(), body.dump(), "application/json");
-    if (!r) {
-      ADD_FAILURE() << path << ": no response";
-      return Json();
-    }
-    EXPECT_EQ(r->status, expect) << body.dump() << " -> " << r->body;
-    if (body.value("stream", false) && r->status == 200) return Events(r->body);
-    return Json::parse(r->body, nullptr, false);
+    return PostJson(server_->port(), path, body, expect);
   }
   Json Get(const std::string& path) {
     httplib::Client c("127.0.0.1", server_->port());

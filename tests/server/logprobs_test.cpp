@@ -3,7 +3,6 @@
 // distribution: checked against the model's own logits computed in this process (PromptLogits,
 // the `mnemo logits` path), and shown not to move with temperature.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -14,6 +13,7 @@
 #include "model/model.h"
 #include "model/prompt_logits.h"
 #include "sampling/sampler.h"
+#include "post_json.h"
 #include "server_process.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,20 +23,6 @@ namespace {
 using Json = nlohmann::json;
 
 std::string ModelPath() { return std::string(MNEMO_SHARED_DIR) + "/models/stories260K/stories260K.gguf"; }
-
-// The data: payloads of an SSE body (both APIs: Responses' lines carry an event name first).
-std::vector<Json> Events(const std::string& body) {
-  std::vector<Json> out;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    const std::string data = body.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (data == "[DONE]") break;
-    out.push_back(Json::parse(data));
-  }
-  return out;
-}
 
 // The bytes of an entry's `bytes` list.
 std::string Bytes(const Json& entry) {
@@ -93,16 +79,7 @@ class Logprobs : public ::testing::Test {
     server_ = nullptr;
   }
   Json Post(const std::string& path, const Json& body, int expect = 200) {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(60, 0);
-    auto r = c.Post(path.c_str(), body.dump(), "application/json");
-    if (!r) {
-      ADD_FAILURE() << path << ": no response";
-      return Json();
-    }
-    EXPECT_EQ(r->status, expect) << body.dump() << " -> " << r->body;
-    if (body.value("stream", false) && r->status == 200) return Events(r->body);
-    return Json::parse(r->body, nullptr, false);
+    return PostJson(server_->port(), path, body, expect);
   }
   static ServerProcess* server_;
 };
