@@ -355,8 +355,33 @@ ApiServer::StreamOpen ApiServer::OpenStream(const StartedTurn& t, const std::str
   return StreamOpen::kOpen;
 }
 
-void ApiServer::StartChoices(StartedTurn t, const TurnRequest& request, int n, const std::string& owner,
-                             std::shared_ptr<http::Reply> reply, ChoicesStart start) {
+ApiServer::http_json_t ApiServer::ChoicesRun::Usage() const {
+  return prompt ? http::ChatUsage(*prompt, completion_tokens) : http::ChatUsage(last);
+}
+
+void ApiServer::RunChoices(StartedTurn t, const TurnRequest& request, int count, const std::string& owner,
+                           std::shared_ptr<http::Reply> reply, std::shared_ptr<ChoicesRun> run, bool stream,
+                           ChoiceDriver drive) {
+  // The choices' turns: the client going away cancels them all; several open the stream now.
+  auto begin = [this, reply, run, stream, drive](std::optional<TurnResult> prompt, std::vector<StartedTurn> turns) {
+    run->left = static_cast<int>(turns.size());
+    run->choices = Json::array();
+    for (size_t i = 0; i < turns.size(); i++) run->choices.push_back(nullptr);
+    run->prompt = std::move(prompt);
+    run->head = stream && run->prompt;
+    std::vector<std::shared_ptr<TurnHandle>> handles;
+    for (const StartedTurn& c : turns) handles.push_back(c.handle);
+    reply->OnClose([handles] {  // the client went away: stop generating
+      for (const auto& h : handles) h->Cancel();
+    });
+    if (run->head) {
+      http::Response head;
+      head.set_header("Content-Type", "text/event-stream");
+      run->alive = reply->Begin(std::move(head));
+    }
+    for (size_t i = 0; i < turns.size(); i++) drive(static_cast<int>(i), std::move(turns[i]));
+  };
+  if (count == 1) return begin(std::nullopt, {std::move(t)});
   std::shared_ptr<TurnHandle> handle = t.handle;
   reply->OnClose([handle] { handle->Cancel(); });  // the client went away: stop computing
   DriveTurn(handle, [=, this]() -> bool {
@@ -379,9 +404,9 @@ void ApiServer::StartChoices(StartedTurn t, const TurnRequest& request, int n, c
       }
       // Forking waits on the engine: on the worker pool, not the events lane.
       http_->Post([=, this] {
-        auto choices = service_.StartChoices(t, request, n, owner);
+        auto choices = service_.StartChoices(t, request, count, owner);
         if (auto* e = std::get_if<ApiError>(&choices)) return reply->Send(http::ErrorResponse(*e));
-        start(r, std::move(std::get<std::vector<StartedTurn>>(choices)));
+        begin(r, std::move(std::get<std::vector<StartedTurn>>(choices)));
       });
       return true;
     }
@@ -389,16 +414,28 @@ void ApiServer::StartChoices(StartedTurn t, const TurnRequest& request, int n, c
   });
 }
 
-bool ApiServer::BeginChoices(const std::vector<StartedTurn>& choices, http::Reply& reply, bool open_stream) {
-  std::vector<std::shared_ptr<TurnHandle>> handles;
-  for (const StartedTurn& c : choices) handles.push_back(c.handle);
-  reply.OnClose([handles] {  // the client went away: stop generating
-    for (const auto& h : handles) h->Cancel();
-  });
-  if (!open_stream) return true;
-  http::Response head;
-  head.set_header("Content-Type", "text/event-stream");
-  return reply.Begin(std::move(head));
+std::optional<bool> ApiServer::OpenChoiceStream(ChoicesRun& run, const StartedTurn& t, const std::string& owner,
+                                                http::Reply& reply) {
+  if (run.head) return std::nullopt;
+  bool alive = true;
+  const StreamOpen open = OpenStream(t, owner, reply, &alive);
+  if (open == StreamOpen::kLater) return false;
+  if (open == StreamOpen::kFailed) return true;
+  run.head = true;
+  run.alive = alive;
+  return std::nullopt;
+}
+
+bool ApiServer::WriteChoice(ChoicesRun& run, http::Reply& reply, TurnHandle& t, const std::string& s) {
+  if (run.alive && !reply.Write(s)) run.alive = false;
+  if (!run.alive) t.Cancel();  // the client went away: stop generating
+  return run.alive.load();
+}
+
+void ApiServer::EndStream(ChoicesRun& run, http::Reply& reply, TurnHandle& t, const http_json_t& usage_chunk) {
+  if (!usage_chunk.is_null() && run.alive) WriteChoice(run, reply, t, http::SseData(usage_chunk));
+  WriteChoice(run, reply, t, "data: [DONE]\n\n");
+  reply.End();
 }
 
 ApiServer::http_json_t ApiServer::StatusJson() const {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "base/log.h"
 #include "server/api_server.h"
 #include "server/http_util.h"
 #include "server/logprobs_json.h"
@@ -65,23 +66,8 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     std::chrono::steady_clock::time_point last;
     bool role_sent = false;
   };
-  // What the choices share: the answer is complete when the last one ends.
-  struct Run {
-    std::mutex mu;
-    int left = 0;                    // choices still running
-    Json choices;                    // not streamed: [n] each choice's object, once ended
-    std::optional<ApiError> error;   // not streamed: the first failure, which is the answer
-    std::optional<TurnResult> prompt;  // the prompt's turn, when n > 1 (usage counts it once)
-    int64_t completion_tokens = 0;
-    TurnResult last;                 // a choice's result (usage for n = 1)
-    bool head = false;               // streamed: the head went out
-    std::atomic<bool> alive{true};   // streamed: the client still reads
-  };
-  auto run = std::make_shared<Run>();
+  auto run = std::make_shared<ChoicesRun>();
   const bool forced = tools->choice == ToolChoice::kRequired || tools->choice == ToolChoice::kNamed;
-  auto usage = [run]() {
-    return run->prompt ? http::ChatUsage(*run->prompt, run->completion_tokens) : http::ChatUsage(run->last);
-  };
   // Drives choice i to its end, then (the last one) completes the answer.
   auto drive = [=, this](int i, StartedTurn turn) {
     auto c = std::make_shared<Choice>();
@@ -92,18 +78,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
     const std::shared_ptr<TurnHandle> handle = c->turn.handle;
     DriveTurn(handle, [=, this]() -> bool {
       const StartedTurn& t = c->turn;
-      auto write = [&](const std::string& s) {
-        if (run->alive && !reply->Write(s)) run->alive = false;
-        if (!run->alive) t.handle->Cancel();  // the client went away: stop generating
-        return run->alive.load();
-      };
-      if (stream && !run->head) {  // one choice: the head waits for its admission
-        bool alive = true;
-        const StreamOpen open = OpenStream(t, owner, *reply, &alive);
-        if (open == StreamOpen::kLater) return false;
-        if (open == StreamOpen::kFailed) return true;
-        run->head = true;
-        run->alive = alive;
+      auto write = [&](const std::string& s) { return WriteChoice(*run, *reply, *t.handle, s); };
+      if (stream) {
+        if (auto done = OpenChoiceStream(*run, t, owner, *reply)) return *done;
       }
       if (stream && !c->role_sent) {
         c->role_sent = true;
@@ -157,7 +134,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
             return true;
           }
           Json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
-                    {"system_fingerprint", fingerprint}, {"choices", run->choices}, {"usage", usage()}};
+                    {"system_fingerprint", fingerprint}, {"choices", run->choices}, {"usage", run->Usage()}};
           if (context.applied) j["mnemo_context"] = http::ContextJson(context);
           reply->Send(http::JsonResponse(j));
           return true;
@@ -191,44 +168,38 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
           write(http::SseData(last));
         }
         if (run->left > 0) return true;
-        if (include_usage && run->alive) {
-          write(http::SseData(Json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
-                                   {"system_fingerprint", fingerprint}, {"choices", Json::array()}, {"usage", usage()}}));
-        }
-        write("data: [DONE]\n\n");
-        reply->End();
+        EndStream(*run, *reply, *t.handle,
+                  include_usage ? Json{{"id", id}, {"object", "chat.completion.chunk"}, {"created", created},
+                                       {"model", model}, {"system_fingerprint", fingerprint},
+                                       {"choices", Json::array()}, {"usage", run->Usage()}}
+                                : Json());
         return true;
       }
       return false;
     });
   };
-  auto start = [=, this](std::optional<TurnResult> prompt, std::vector<StartedTurn> turns) {
-    run->left = static_cast<int>(turns.size());
-    run->choices = Json::array();
-    for (size_t i = 0; i < turns.size(); i++) run->choices.push_back(nullptr);
-    run->prompt = std::move(prompt);
-    run->head = stream && run->prompt;
-    run->alive = BeginChoices(turns, *reply, run->head);
-    for (size_t i = 0; i < turns.size(); i++) drive(static_cast<int>(i), std::move(turns[i]));
-  };
-  if (n == 1) return start(std::nullopt, {std::move(t)});
-  StartChoices(std::move(t), choice_request, n, owner, reply, start);
+  RunChoices(std::move(t), choice_request, n, owner, reply, run, stream, drive);
 }
 
 void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) {
   auto parsed = ParseCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
-  TurnSpec& spec = std::get<CompletionCall>(parsed).spec;
-  const bool stream = std::get<CompletionCall>(parsed).stream;
-  const int n = std::get<CompletionCall>(parsed).n;
+  CompletionCall& call = std::get<CompletionCall>(parsed);
+  TurnSpec& spec = call.spec;
+  const bool stream = call.stream;
+  const int n = call.n;
+  const int best_of = call.best_of;  // candidates run: n, or more to choose the n best from
+  const std::string echo = call.echo ? *spec.prompt : std::string();
   spec.hint.key = req.get_header_value("X-Session-Id");
   const bool logprobs = spec.request.logprobs >= 0;
-  const TurnRequest choice_request = spec.request;
-  if (n > 1) AsPrefill(&spec.request);
+  TurnRequest choice_request = spec.request;
+  // Ranking needs each token's logprob (the chosen one's: reported only when asked).
+  if (best_of > n && !logprobs) choice_request.logprobs = 0;
+  if (best_of > 1) AsPrefill(&spec.request);
   auto started = service_.Start(std::move(spec));
   if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(started);
-  t.prefill = n > 1;
+  t.prefill = best_of > 1;
   const std::string id = NewId("cmpl-");
   const int64_t created = http::UnixSeconds();
   const std::string model = service_.config().model_name;
@@ -254,20 +225,18 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     StartedTurn turn;
     std::vector<PositionLogprobs> lp;  // tokens whose text has not gone out
     size_t offset = 0;                 // text_offset of the next token
+    bool echoed = false;               // streamed: the prompt went out
+    double logprob = 0;                // cumulative logprob of the tokens generated (with best_of > n)
   };
-  // What the choices share: the answer is complete when the last one ends.
-  struct Run {
-    std::mutex mu;
-    int left = 0;
-    Json choices;                      // not streamed: [n] each choice's object, once ended
-    std::optional<ApiError> error;     // not streamed: the first failure, which is the answer
-    std::optional<TurnResult> prompt;  // the prompt's turn, when n > 1 (usage counts it once)
-    int64_t completion_tokens = 0;
-    TurnResult last;
-    bool head = false;
-    std::atomic<bool> alive{true};
+  // best_of > n: each candidate's cumulative logprob and session, under run->mu.
+  struct Candidates {
+    std::vector<double> logprob;
+    std::vector<int64_t> session;
   };
-  auto run = std::make_shared<Run>();
+  auto candidates = std::make_shared<Candidates>();
+  candidates->logprob.assign(best_of, 0.0);
+  candidates->session.assign(best_of, -1);
+  auto run = std::make_shared<ChoicesRun>();
   auto reply = res.Defer();
   auto drive = [=, this](int i, StartedTurn turn) {
     auto c = std::make_shared<Choice>();
@@ -275,23 +244,21 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     const std::shared_ptr<TurnHandle> handle = c->turn.handle;
     DriveTurn(handle, [=, this]() -> bool {
       const StartedTurn& t = c->turn;
-      auto write = [&](const std::string& s) {
-        if (run->alive && !reply->Write(s)) run->alive = false;
-        if (!run->alive) t.handle->Cancel();
-        return run->alive.load();
-      };
-      if (stream && !run->head) {  // one choice: the head waits for its admission
-        bool alive = true;
-        const StreamOpen open = OpenStream(t, owner, *reply, &alive);
-        if (open == StreamOpen::kLater) return false;
-        if (open == StreamOpen::kFailed) return true;
-        run->head = true;
-        run->alive = alive;
+      auto write = [&](const std::string& s) { return WriteChoice(*run, *reply, *t.handle, s); };
+      if (stream) {
+        if (auto done = OpenChoiceStream(*run, t, owner, *reply)) return *done;
+        if (!echo.empty() && !c->echoed) {
+          c->echoed = true;
+          write(http::SseData(object(Json::array({choice(i, echo, nullptr, nullptr, nullptr)}))));
+        }
       }
       TurnEvent ev;
       while (t.handle->TryNext(&ev)) {
         if (ev.kind == TurnEvent::kText) {
-          if (ev.logprobs) c->lp.push_back(std::move(*ev.logprobs));
+          if (ev.logprobs) {
+            c->logprob += ev.logprobs->chosen.logprob;
+            if (logprobs) c->lp.push_back(std::move(*ev.logprobs));
+          }
           if (stream && !ev.text.empty()) {
             write(http::SseData(object(Json::array({choice(i, ev.text, nullptr, &c->lp, &c->offset)}))));
           }
@@ -304,44 +271,57 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
         run->left--;
         run->completion_tokens += static_cast<int64_t>(r.tokens.size());
         run->last = r;
-        const Json usage = run->prompt ? http::ChatUsage(*run->prompt, run->completion_tokens) : http::ChatUsage(r);
+        candidates->logprob[i] = c->logprob;
+        candidates->session[i] = t.session;
         if (!stream) {
           if (auto* e = std::get_if<ApiError>(&committed); e && !run->error) run->error = *e;
           if (r.finish_reason == FinishReason::kError && !run->error) run->error = ToApiError(r.error);
-          run->choices[i] = choice(i, r.text, FinishReasonName(r.finish_reason), &c->lp, &c->offset);
+          run->choices[i] = choice(i, echo + r.text, FinishReasonName(r.finish_reason), &c->lp, &c->offset);
           if (run->left > 0) return true;
           if (run->error) {
             reply->Send(http::ErrorResponse(*run->error));
             return true;
           }
-          Json j = object(run->choices);
-          j["usage"] = usage;
-          reply->Send(http::JsonResponse(j));
+          if (best_of == n) {
+            Json j = object(run->choices);
+            j["usage"] = run->Usage();
+            reply->Send(http::JsonResponse(j));
+            return true;
+          }
+          // The n most likely candidates, in that order; the others' sessions are deleted (on the
+          // worker pool: that waits on the engine) before the answer goes out.
+          const std::vector<int> rank = RankCandidates(candidates->logprob);
+          Json chosen = Json::array();
+          for (int k = 0; k < n; k++) {
+            chosen.push_back(std::move(run->choices[rank[k]]));
+            chosen.back()["index"] = k;
+          }
+          Json j = object(std::move(chosen));
+          j["usage"] = run->Usage();
+          std::vector<int64_t> dropped;
+          for (int k = n; k < best_of; k++) dropped.push_back(candidates->session[rank[k]]);
+          http_->Post([this, reply, owner, dropped, j = std::move(j)] {
+            for (int64_t s : dropped) {
+              if (Status st = service_.DeleteSession(s, owner); !st.ok()) {
+                spdlog::debug("best_of: session {} not deleted: {}", s, st.error().message);
+              }
+            }
+            reply->Send(http::JsonResponse(j));
+          });
           return true;
         }
         Json last = object(Json::array({choice(i, "", FinishReasonName(r.finish_reason), c->lp.empty() ? nullptr : &c->lp,
                                                &c->offset)}));
-        if (run->left == 0) last["usage"] = usage;
+        if (run->left == 0) last["usage"] = run->Usage();
         write(http::SseData(last));
         if (run->left > 0) return true;
-        write("data: [DONE]\n\n");
-        reply->End();
+        EndStream(*run, *reply, *t.handle, Json());
         return true;
       }
       return false;
     });
   };
-  auto start = [=, this](std::optional<TurnResult> prompt, std::vector<StartedTurn> turns) {
-    run->left = static_cast<int>(turns.size());
-    run->choices = Json::array();
-    for (size_t i = 0; i < turns.size(); i++) run->choices.push_back(nullptr);
-    run->prompt = std::move(prompt);
-    run->head = stream && run->prompt;
-    run->alive = BeginChoices(turns, *reply, run->head);
-    for (size_t i = 0; i < turns.size(); i++) drive(static_cast<int>(i), std::move(turns[i]));
-  };
-  if (n == 1) return start(std::nullopt, {std::move(t)});
-  StartChoices(std::move(t), choice_request, n, owner, reply, start);
+  RunChoices(std::move(t), choice_request, best_of, owner, reply, run, stream, drive);
 }
 
 }  // namespace mnemo

@@ -302,6 +302,19 @@ std::optional<ApiError> ParseChoices(const Json& body, int* n) {
   return std::nullopt;
 }
 
+std::optional<ApiError> ParseBestOf(const Json& body, int n, bool stream, int* best_of) {
+  std::optional<int64_t> i;
+  if (auto e = Integer(body, "best_of", 1, kMaxChoices, &i)) return e;
+  *best_of = i ? static_cast<int>(*i) : n;
+  if (*best_of < n) {
+    return BadRequest("'best_of' must be at least 'n' (" + std::to_string(n) + ")", "best_of", "invalid_value");
+  }
+  if (stream && *best_of > n) {
+    return BadRequest("'best_of' above 'n' cannot be streamed", "best_of", "invalid_value");
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseContext(const Json& body, ContextRequest* ctx) {
   std::optional<double> b;
   if (auto e = Number(body, "context_budget", 0, 1e9, &b)) return e;

@@ -87,6 +87,10 @@ std::optional<ApiError> ParseGeneration(const Json& body, std::initializer_list<
 // otherwise). Responses have no `n` (an unknown member there).
 inline constexpr int kMaxChoices = 8;
 std::optional<ApiError> ParseChoices(const Json& body, int* n);
+// Completions' `best_of`, the candidates generated for n choices: n (its default) to kMaxChoices; a
+// stream cannot have more than n (it would send candidates that are then not chosen). 400s name
+// `best_of`.
+std::optional<ApiError> ParseBestOf(const Json& body, int n, bool stream, int* best_of);
 
 // Selective-context members: context_budget (a token count >= 1 or a share < 1), context_mode
 // ("reuse" or "exact"), context_preset (scoring weights), context_relevance ("keyword",

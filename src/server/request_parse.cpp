@@ -314,10 +314,22 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
   if (auto e = ParseKnownFields(body, Endpoint::kCompletions, model.tokenizer().n_vocab(), &spec.request)) return *e;
   if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kCompletions, &spec.request)) return *e;
   if (Absent(body, "max_tokens")) spec.request.max_tokens = 16;
-  const bool stream = BoolOr(body, "stream", false);
-  int n = 1;
-  if (auto e = ParseChoices(body, &n)) return *e;
-  return CompletionCall{std::move(spec), stream, n};
+  CompletionCall call;
+  call.stream = BoolOr(body, "stream", false);
+  if (auto e = ParseChoices(body, &call.n)) return *e;
+  if (auto e = ParseBestOf(body, call.n, call.stream, &call.best_of)) return *e;
+  // The legacy echo, suffix and logprobs over the prompt: what cannot be done is refused, never
+  // ignored.
+  call.echo = BoolOr(body, "echo", false);
+  if (call.echo && spec.request.logprobs >= 0) {
+    return BadRequest("'logprobs' with 'echo' asks for the prompt tokens' logprobs, which mnemo does not compute; "
+                      "drop one of them", "logprobs", "unsupported_parameter");
+  }
+  if (!Absent(body, "suffix") && !body["suffix"].get_ref<const std::string&>().empty()) {
+    return BadRequest("suffix is not supported by this model", "suffix", "unsupported_parameter");
+  }
+  call.spec = std::move(spec);
+  return call;
 }
 
 ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::string& raw_body, const std::string& owner,

@@ -33,7 +33,9 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
 struct CompletionCall {
   TurnSpec spec;
   bool stream = false;
-  int n = 1;  // choices (1 to http::kMaxChoices)
+  int n = 1;          // choices returned (1 to http::kMaxChoices)
+  int best_of = 1;    // candidates generated, of which the n most likely are returned (n to kMaxChoices)
+  bool echo = false;  // each choice's text begins with the prompt (never with logprobs)
 };
 ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string& raw_body, const std::string& owner);
 

@@ -1,5 +1,7 @@
 // n > 1 choices: the prompt's session, computed once, forked copy-on-write once per further choice.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "base/log.h"
 #include "server/service.h"
@@ -12,6 +14,14 @@ uint64_t ChoiceSeed(uint64_t seed, int i) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+std::vector<int> RankCandidates(const std::vector<double>& logprob) {
+  std::vector<int> rank(logprob.size());
+  for (size_t i = 0; i < rank.size(); i++) rank[i] = static_cast<int>(i);
+  auto key = [&](int i) { return std::isnan(logprob[i]) ? -std::numeric_limits<double>::infinity() : logprob[i]; };
+  std::stable_sort(rank.begin(), rank.end(), [&](int a, int b) { return key(a) > key(b); });
+  return rank;
 }
 
 void AsPrefill(TurnRequest* req) {

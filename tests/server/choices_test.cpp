@@ -1,10 +1,12 @@
 // n > 1 choices on chat completions and completions (issue 12), against a real server on 127.0.0.1
 // (stories260K): the prompt is computed once and forked per choice, each choice samples its own
 // stream, usage counts the prompt once, streams interleave choices by index, and a follow-up that
-// resends the history with any one choice's reply continues that choice's session.
+// resends the history with any one choice's reply continues that choice's session. Completions'
+// best_of returns the most likely of its candidates, echo prefixes the prompt, suffix is refused.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -159,6 +161,110 @@ TEST_F(Choices, CompletionsAndBounds) {
   // n = 1 stays the plain path: one session, one choice.
   Json one = Post("/v1/chat/completions", {{"messages", kMessages}, {"n", 1}, {"max_tokens", 2}});
   EXPECT_EQ(one["choices"].size(), 1u);
+}
+
+// The sum of a completions choice's token logprobs (what best_of ranks by).
+double Cumulative(const Json& choice) {
+  double sum = 0;
+  for (const Json& lp : choice["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+  return sum;
+}
+
+TEST_F(Choices, CompletionsBestOfReturnsTheMostLikelyCandidates) {
+  // The four candidates: n = 4 with the same seed draws them (choice i's stream is the seed's i-th).
+  Json body = {{"prompt", "Once upon a time"}, {"n", 4}, {"max_tokens", 10}, {"temperature", 1.2}, {"seed", 21},
+               {"logprobs", 0}};
+  Json all = Post("/v1/completions", body);
+  ASSERT_EQ(all["choices"].size(), 4u) << all.dump();
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const Json& c : all["choices"]) ranked.emplace_back(Cumulative(c), c["text"]);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const size_t sessions = Get("/v1/sessions")["data"].size();
+
+  body["n"] = 2;
+  body["best_of"] = 4;
+  Json best = Post("/v1/completions", body);
+  ASSERT_EQ(best["choices"].size(), 2u) << best.dump();
+  for (int k = 0; k < 2; k++) {
+    const Json& c = best["choices"][k];
+    EXPECT_EQ(c["index"], k);
+    EXPECT_EQ(c["text"], ranked[k].second) << k << " " << all.dump();
+    EXPECT_NEAR(Cumulative(c), ranked[k].first, 1e-3) << k;
+  }
+  // Usage counts every candidate's tokens and the prompt once.
+  EXPECT_EQ(best["usage"]["completion_tokens"], all["usage"]["completion_tokens"]);
+  EXPECT_EQ(best["usage"]["prompt_tokens"], all["usage"]["prompt_tokens"]);
+  // The candidates not returned leave no session; the returned ones continue.
+  EXPECT_EQ(Get("/v1/sessions")["data"].size(), sessions + 2);
+  Json next = Post("/v1/completions", {{"prompt", "Once upon a time" + best["choices"][0]["text"].get<std::string>()},
+                                       {"max_tokens", 2}});
+  EXPECT_EQ(next["choices"].size(), 1u);
+
+  // Without logprobs asked, none are reported (they are still what ranks).
+  body.erase("logprobs");
+  Json quiet = Post("/v1/completions", body);
+  for (int k = 0; k < 2; k++) {
+    EXPECT_TRUE(quiet["choices"][k]["logprobs"].is_null());
+    EXPECT_EQ(quiet["choices"][k]["text"], ranked[k].second) << k;
+  }
+  // Bounds as OpenAI: n <= best_of <= 8, and a stream cannot hold back candidates.
+  for (const Json& bad : {Json{{"n", 3}, {"best_of", 2}}, Json{{"best_of", 9}}, Json{{"best_of", 0}},
+                          Json{{"best_of", 3}, {"stream", true}}}) {
+    Json b = {{"prompt", "x"}, {"max_tokens", 1}};
+    b.update(bad);
+    Json e = Post("/v1/completions", b, 400);
+    EXPECT_EQ(e["error"]["param"], "best_of") << bad.dump();
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  }
+  Json same = Post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}, {"n", 2}, {"best_of", 2}, {"stream", true}});
+  EXPECT_FALSE(same.empty());
+}
+
+TEST_F(Choices, CompletionsEchoThePrompt) {
+  const std::string prompt = "Once upon a time";
+  Json body = {{"prompt", prompt}, {"n", 2}, {"max_tokens", 8}, {"temperature", 1}, {"seed", 4}};
+  Json plain = Post("/v1/completions", body);
+  body["echo"] = true;
+  Json echoed = Post("/v1/completions", body);
+  ASSERT_EQ(echoed["choices"].size(), 2u) << echoed.dump();
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(echoed["choices"][i]["text"], prompt + plain["choices"][i]["text"].get<std::string>()) << i;
+  }
+  EXPECT_EQ(echoed["usage"]["completion_tokens"], plain["usage"]["completion_tokens"]);
+  // Streamed: each choice's first chunk is the prompt.
+  body["stream"] = true;
+  std::map<int, std::string> text;
+  for (const Json& ev : Post("/v1/completions", body)) {
+    for (const Json& c : ev["choices"]) {
+      const int i = c["index"];
+      if (!text.contains(i)) {
+        EXPECT_EQ(c["text"], prompt) << ev.dump();
+      }
+      text[i] += c["text"].get<std::string>();
+    }
+  }
+  ASSERT_EQ(text.size(), 2u);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(text[i], echoed["choices"][i]["text"]) << i;
+  // One choice, streamed: the prompt still comes first.
+  Json one = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 3}, {"echo", true}, {"stream", true}});
+  ASSERT_FALSE(one.empty());
+  EXPECT_EQ(one[0]["choices"][0]["text"], prompt);
+
+  // Prompt logprobs are not computed: echo with logprobs is refused, not answered with made-up numbers.
+  Json e = Post("/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", 0}}, 400);
+  EXPECT_EQ(e["error"]["param"], "logprobs");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  Post("/v1/completions", {{"prompt", prompt}, {"echo", true}, {"logprobs", nullptr}, {"max_tokens", 1}});
+}
+
+TEST_F(Choices, CompletionsRefuseASuffix) {
+  Json e = Post("/v1/completions", {{"prompt", "x"}, {"suffix", " the end."}}, 400);
+  EXPECT_EQ(e["error"]["param"], "suffix");
+  EXPECT_EQ(e["error"]["message"], "suffix is not supported by this model");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  // Nothing to insert: the same as no suffix.
+  Post("/v1/completions", {{"prompt", "x"}, {"suffix", ""}, {"max_tokens", 1}});
+  Post("/v1/completions", {{"prompt", "x"}, {"suffix", nullptr}, {"max_tokens", 1}});
 }
 
 }  // namespace
