@@ -70,7 +70,9 @@ class Template {
   static Result<Template> Parse(std::string_view source);
 
   // Renders with `context` (a dict: its keys become global variables, e.g. messages, bos_token).
-  // Errors name the position; raise_exception('msg') gives "...: msg".
+  // Errors name the position; raise_exception('msg') gives "...: msg". An exception from
+  // elsewhere (the standard library, a context function) is an Error in our own words ("template
+  // rendering failed: ..."); its text goes to the log only.
   Result<std::string> Render(const Value& context, const Limits& limits = {}) const;
 
   const std::string& source() const;

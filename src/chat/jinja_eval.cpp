@@ -1,9 +1,12 @@
 // Renderer: walks the AST with Jinja2 scoping (a for-loop iteration and a macro call get their own
-// frame; if does not), and the public Template API, which turns internal errors into Results.
+// frame; if does not), and the public Template API, which turns internal errors into Results (the
+// text of exceptions from elsewhere, e.g. the standard library, is logged and never returned).
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <new>
 
+#include "base/log.h"
 #include "chat/jinja.h"
 #include "chat/jinja_internal.h"
 
@@ -591,8 +594,17 @@ Result<Template> Template::Parse(std::string_view source) {
   } catch (const internal::JinjaError& e) {
     return MakeError("template syntax error at %s: %s", internal::Where(program->source, e.pos).c_str(),
                      e.message.c_str());
+  } catch (const std::bad_alloc&) {
+    spdlog::warn("chat template: parsing ran out of memory");
+    return MakeError("template parse failed: out of memory");
   } catch (const std::exception& e) {
-    return MakeError("template parse failed: %s", e.what());
+    // Library text names internal types and values: it goes to the log, never to a caller (whose
+    // message may reach a client).
+    spdlog::warn("chat template: parsing stopped by an exception: {}", e.what());
+    return MakeError("template parse failed: an internal error stopped the parser");
+  } catch (...) {
+    spdlog::warn("chat template: parsing stopped by an unknown exception");
+    return MakeError("template parse failed: an internal error stopped the parser");
   }
   Template t;
   t.program_ = std::move(program);
@@ -612,8 +624,15 @@ Result<std::string> Template::Render(const Value& context, const Limits& limits)
     result = std::move(out);
   } catch (const internal::JinjaError& e) {
     result = MakeError("%s (template %s)", e.message.c_str(), internal::Where(program_->source, e.pos).c_str());
-  } catch (const std::exception& e) {
-    result = MakeError("template rendering failed: %s", e.what());
+  } catch (const std::bad_alloc&) {
+    spdlog::warn("chat template: rendering ran out of memory");
+    result = MakeError("template rendering failed: out of memory");
+  } catch (const std::exception& e) {  // as in Parse: the library's text is logged, not returned
+    spdlog::warn("chat template: rendering stopped by an exception: {}", e.what());
+    result = MakeError("template rendering failed: an internal error stopped the renderer");
+  } catch (...) {
+    spdlog::warn("chat template: rendering stopped by an unknown exception");
+    result = MakeError("template rendering failed: an internal error stopped the renderer");
   }
   for (const Value& ns : state.namespaces) ns.mutable_dict().items.clear();  // break cycles
   internal::g_state = saved;

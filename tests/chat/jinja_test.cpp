@@ -2,7 +2,9 @@
 // transformers' chat-template environment), error positions, limits, and robustness.
 #include <gtest/gtest.h>
 
+#include <new>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "base/rng.h"
@@ -302,6 +304,32 @@ TEST(Jinja, DeepJsonIsCut) {
 
 // Random soups of template fragments: every one parses or fails cleanly, and renders or fails
 // cleanly, within the limits.
+// Exceptions from outside the renderer (here a context function; in production the standard
+// library) were returned with their what() text, which reached clients through request errors.
+TEST(Jinja, ForeignExceptionTextIsNotReturned) {
+  auto t = Template::Parse("a{{ f() }}b");
+  ASSERT_TRUE(t.ok());
+  for (int kind = 0; kind < 3; kind++) {
+    Dict ctx;
+    ctx.Set("f", Value::MakeFunction("f", [kind](CallArgs&) -> Value {
+              if (kind == 0) throw std::runtime_error("basic_string::_M_create at /srv/secret/path");
+              if (kind == 1) throw std::bad_alloc();
+              throw 42;
+            }));
+    auto r = t->Render(Value(std::move(ctx)));
+    ASSERT_FALSE(r.ok()) << kind;
+    const std::string& m = r.error().message;
+    EXPECT_EQ(m.rfind("template rendering failed: ", 0), 0u) << m;
+    EXPECT_EQ(m.find("basic_string"), std::string::npos) << m;
+    EXPECT_EQ(m.find("/srv"), std::string::npos) << m;
+    EXPECT_EQ(m.find("bad_alloc"), std::string::npos) << m;
+  }
+  // The renderer is left usable (its thread state restored).
+  auto ok = RenderJson("{{ x }}", R"({"x": 1})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(*ok, "1");
+}
+
 TEST(Jinja, RandomTemplatesNeverCrash) {
   static const char* const kPieces[] = {
       "{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", " if ", " for ", " in ", " endif ",
