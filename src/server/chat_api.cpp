@@ -104,7 +104,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
           continue;
         }
         const TurnResult& r = ev.result;
-        metrics_.Turn(r);
+        metrics_.Turn(r, t.choice);
         auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
         std::optional<ApiError> failed;
         if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
@@ -265,7 +265,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
           continue;
         }
         const TurnResult& r = ev.result;
-        metrics_.Turn(r);
+        metrics_.Turn(r, t.choice);
         auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);
         std::lock_guard<std::mutex> lock(run->mu);
         run->left--;

@@ -71,8 +71,8 @@ void Metrics::RequestCpu(const std::string& route, double seconds) {
   request_cpu_[route] += seconds;
 }
 
-void Metrics::Turn(const TurnResult& r) {
-  prompt_tokens_ += r.prompt_tokens;
+void Metrics::Turn(const TurnResult& r, bool choice) {
+  if (!choice) prompt_tokens_ += r.prompt_tokens;
   completion_tokens_ += r.tokens.size();
   cached_t0_ += r.sources.t0;
   cached_t1_ += r.sources.t1;
@@ -122,7 +122,8 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
     Header(&out, name, "gauge", help);
     Line(&out, "%s %g", name, v);
   };
-  counter("mnemo_prompt_tokens_total", "Context tokens of finished turns", prompt_tokens_);
+  counter("mnemo_prompt_tokens_total", "Context tokens of finished turns (a request's prompt once, whatever its choices)",
+          prompt_tokens_);
   counter("mnemo_completion_tokens_total", "Generated tokens of finished turns", completion_tokens_);
   Header(&out, "mnemo_context_tokens_total", "counter", "Context tokens of finished turns by where their KV came from");
   Line(&out, "mnemo_context_tokens_total{source=\"t0\"} %llu", static_cast<unsigned long long>(cached_t0_));

@@ -40,8 +40,11 @@ class Metrics {
   // runs on its own threads while the handler waits. Streamed bodies written after the handler
   // returns are not counted.
   void RequestCpu(const std::string& route, double seconds);
-  // One turn finished.
-  void Turn(const TurnResult& r);
+  // One turn finished. choice: a choice of a request with several (n > 1, best_of), whose prompt
+  // the prompt's turn counted: mnemo_prompt_tokens_total counts a request's prompt once, however
+  // many choices continue it. Where each turn's context came from is counted for every turn (a
+  // choice reads the prompt's KV from T0 and feeds its last position again).
+  void Turn(const TurnResult& r, bool choice = false);
   void InterToken(double seconds) { itl_.Observe(seconds); }
   // A turn refused for load: "admission" (before any work: queue full or the estimated wait past
   // the bound), "engine" (refused or timed out in the engine's queue), "draining".

@@ -110,6 +110,7 @@ struct StartedTurn {
   // The prompt of a request with n > 1 choices, computed alone (max_tokens 0): once committed, its
   // session stays reserved (busy) for Service::StartChoices.
   bool prefill = false;
+  bool choice = false;  // one of those choices (Service::StartChoices): its context is the prompt's turn's
 };
 
 // The seed of choice i of a request with `seed`: the seed itself for choice 0, unrelated streams

@@ -81,6 +81,7 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
   std::vector<StartedTurn> out;
   for (int i = 0; i < n; i++) {
     StartedTurn st;
+    st.choice = true;
     st.session = i == 0 ? source : forks[i - 1];
     if (i > 0) {
       st.fork_of = source;

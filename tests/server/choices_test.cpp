@@ -35,17 +35,18 @@ class Choices : public ::testing::Test {
     auto r = c.Get(path.c_str());
     return r ? Json::parse(r->body, nullptr, false) : Json();
   }
-  // Context tokens whose KV was computed (new or recomputed) over all finished turns.
-  long Computed() {
+  // A counter's value in /metrics (its line "name value"; 0 when absent).
+  long Counter(const std::string& name) {
     httplib::Client c("127.0.0.1", server_->port());
     auto r = c.Get("/metrics");
-    long sum = 0;
-    for (const char* src : {"new", "recomputed"}) {
-      const std::string key = std::string("mnemo_context_tokens_total{source=\"") + src + "\"} ";
-      const size_t p = r ? r->body.find(key) : std::string::npos;
-      if (p != std::string::npos) sum += std::stol(r->body.substr(p + key.size()));
-    }
-    return sum;
+    const std::string key = "\n" + name + " ";
+    const size_t p = r ? r->body.find(key) : std::string::npos;
+    return p == std::string::npos ? 0 : std::stol(r->body.substr(p + key.size()));
+  }
+  // Context tokens whose KV was computed (new or recomputed) over all finished turns.
+  long Computed() {
+    return Counter("mnemo_context_tokens_total{source=\"new\"}") +
+           Counter("mnemo_context_tokens_total{source=\"recomputed\"}");
   }
   std::unique_ptr<ServerProcess> server_;
 };
@@ -55,6 +56,7 @@ const Json kMessages = Json::array({{{"role", "system"}, {"content", "You tell s
 
 TEST_F(Choices, ChatForksThePromptOncePerChoice) {
   const long before = Computed();
+  const long prompt_before = Counter("mnemo_prompt_tokens_total");
   Json body = {{"messages", kMessages}, {"n", 3}, {"max_tokens", 16}, {"temperature", 1}, {"seed", 11},
                {"logprobs", true}};
   Json j = Post("/v1/chat/completions", body);
@@ -80,6 +82,8 @@ TEST_F(Choices, ChatForksThePromptOncePerChoice) {
   const long computed = Computed() - before;
   EXPECT_GE(computed, prompt);
   EXPECT_LE(computed, prompt + 3) << server_->log();
+  // The metrics count the prompt once too (each choice counted it again).
+  EXPECT_EQ(Counter("mnemo_prompt_tokens_total") - prompt_before, prompt);
   // Three sessions, each holding the prompt and its own reply.
   Json sessions = Get("/v1/sessions");
   EXPECT_EQ(sessions["data"].size(), 3u) << sessions.dump();
@@ -183,7 +187,9 @@ TEST_F(Choices, CompletionsBestOfReturnsTheMostLikelyCandidates) {
 
   body["n"] = 2;
   body["best_of"] = 4;
+  const long prompt_before = Counter("mnemo_prompt_tokens_total");
   Json best = Post("/v1/completions", body);
+  EXPECT_EQ(Counter("mnemo_prompt_tokens_total") - prompt_before, best["usage"]["prompt_tokens"].get<long>());
   ASSERT_EQ(best["choices"].size(), 2u) << best.dump();
   for (int k = 0; k < 2; k++) {
     const Json& c = best["choices"][k];
