@@ -43,7 +43,9 @@ void CheckEntry(const Json& e, size_t top) {
   for (size_t k = 0; k < top; k++) {
     const Json& a = e["top_logprobs"][k];
     const double lp = a["logprob"].get<double>();
-    if (k > 0) EXPECT_LE(lp, prev + 1e-7) << e.dump();
+    if (k > 0) {
+      EXPECT_LE(lp, prev + 1e-7) << e.dump();
+    }
     EXPECT_EQ(Bytes(a), a["token"].get<std::string>());
     EXPECT_FALSE(a.contains("top_logprobs"));
     prev = lp;
