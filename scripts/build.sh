@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libdnnl-dev libopenblas-dev
           nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libxxhash-dev libsqlite3-dev
           libboost1.81-dev libcpp-httplib-dev libssl-dev libpq-dev gnuplot-nox chromium
-          postgresql-15 haproxy)  # postgresql-15, haproxy: the store and scale-out tests run them
+          postgresql-15 haproxy libhiredis-dev redis-server)
+# postgresql-15, haproxy, redis-server: the store and scale-out tests run them; hiredis: --kv-remote
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
