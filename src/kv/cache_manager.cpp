@@ -90,7 +90,7 @@ void CacheManager::Transition(int32_t id, ChunkState to) {
   CheckChunkTransition(c.state, to);
   transitions_[static_cast<int>(c.state)][static_cast<int>(to)]++;
   c.state = to;
-  if (to == ChunkState::kEmpty) c.from_disk = false;  // no data, so nothing came from disk
+  if (to == ChunkState::kEmpty) c.from_disk = c.from_remote = false;  // no data, so it came from nowhere
   MNEMO_CHECK_MSG(StateFits(id), std::string("chunk record fields do not fit state ") + ChunkStateName(to));
   Sync(id);
 }
@@ -106,17 +106,18 @@ bool CacheManager::StateFits(int32_t id) const {
     f = &it->second;
   }
   // A move reads its own record's block: down (a larger tier number) or up.
-  const bool move = f && f->copy_of < 0 && f->op.src == c.tier && f->op.src_block == c.block;
+  const bool move = f && f->copy_of < 0 && !f->fill && f->op.src == c.tier && f->op.src_block == c.block;
   switch (c.state) {
     case ChunkState::kFree:
-      return no_block && !f && c.refs == 0 && c.pins == 0 && c.readers == 0 && c.owners.empty() && !c.from_disk;
-    case ChunkState::kEmpty: return no_block && !f && c.readers == 0 && !c.from_disk;
+      return no_block && !f && c.refs == 0 && c.pins == 0 && c.readers == 0 && c.owners.empty() && !c.from_disk &&
+             !c.from_remote;
+    case ChunkState::kEmpty: return no_block && !f && c.readers == 0 && !c.from_disk && !c.from_remote;
     case ChunkState::kFilling: return has_block && c.tier == Tier::kT0 && !f && c.pins > 0 && c.readers == 0;
     case ChunkState::kResident: return has_block && !f;
     case ChunkState::kDemoting: return has_block && move && f->op.dst > c.tier;
     case ChunkState::kRevived: return has_block && move && c.tier == Tier::kT0 && f->op.dst > c.tier;
     case ChunkState::kLoading: return has_block && move && f->op.dst < c.tier;
-    case ChunkState::kCopyTarget: return no_block && f && f->copy_of >= 0;
+    case ChunkState::kCopyTarget: return no_block && f && (f->copy_of >= 0 || f->fill);
   }
   return false;
 }
@@ -509,6 +510,15 @@ std::vector<uint64_t> CacheManager::T0FreeingOps() const {
   return ops;
 }
 
+void CacheManager::CountHit(ChunkRec& c, int tier, int valid, Acquired* out) {
+  if (c.from_remote) {
+    out->remote_tokens += valid;
+  } else {
+    out->hit_tokens[c.from_disk ? 2 : tier] += valid;
+  }
+  c.from_disk = c.from_remote = false;
+}
+
 Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired* out) {
   SessionRec& S = sessions_.at(s);
   MNEMO_CHECK(!S.acquired && n_tokens >= S.kv_tokens);
@@ -543,8 +553,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
           if (valid > 0) out->recompute.push_back(i);
           break;
         }
-        out->hit_tokens[c.from_disk ? 2 : 0] += valid;
-        c.from_disk = false;
+        CountHit(c, 0, valid, out);
         break;
       case Tier::kT1: {
         int32_t b = t0_.Allocate();
@@ -552,8 +561,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
         uint64_t op = StartOp(id, Tier::kT0, b, false);
         out->swap_ins.push_back(in_flight_.at(op).op);
         out->block_table[i] = b;
-        out->hit_tokens[c.from_disk ? 2 : 1] += valid;
-        c.from_disk = false;
+        CountHit(c, 1, valid, out);
         break;
       }
       case Tier::kT2:
@@ -722,9 +730,25 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
   const TransferOp op = it->second.op;
   const int32_t id = it->second.rec;
   const int32_t copy_of = it->second.copy_of;
+  const bool fill = it->second.fill;
   in_flight_.erase(it);
   ChunkRec& c = recs_[id];
   c.op = 0;
+  if (fill) {  // data from outside the tiers landed in the block reserved for it, or did not
+    if (ok) {
+      c.tier = op.dst;
+      c.block = op.dst_block;
+      c.from_remote = true;
+      stats_.fills++;
+      Transition(id, ChunkState::kResident);
+    } else {
+      pool(op.dst).Free(op.dst_block);
+      stats_.failed_fills++;
+      Transition(id, ChunkState::kEmpty);
+    }
+    MaybeRecycle(id);
+    return;
+  }
   if (copy_of >= 0) {  // a copy-on-write copy: the source keeps its data, `id` gets the new block
     recs_[copy_of].readers--;
     if (ok) {
@@ -764,6 +788,63 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
     }
   }
   MaybeRecycle(id);
+}
+
+std::vector<TransferOp> CacheManager::PlanFills(SessionId s, const std::vector<int>& chunks, double now) {
+  std::vector<TransferOp> ops;
+  SessionRec& S = sessions_.at(s);
+  MNEMO_CHECK(!S.acquired);
+  clock_ = std::max(clock_, now);
+  const int held = ChunksFor(S.kv_tokens);
+  // Chunks past s's KV extend it only from a chunk boundary: a partial last chunk would otherwise
+  // claim positions it never held.
+  const bool may_extend = S.kv_tokens % kBlockTokens == 0;
+  int extend_to = S.kv_tokens;
+  for (int c : chunks) {
+    if (c >= held && may_extend) extend_to = std::max(extend_to, (c + 1) * kBlockTokens);
+  }
+  if (extend_to > S.kv_tokens) RestoreLength(s, extend_to);
+  // The session's chunks are neither victims nor dropped while blocks are found for the others.
+  for (int32_t id : S.chunks) {
+    recs_[id].pins++;
+    Sync(id);
+  }
+  std::vector<int32_t> planned;
+  for (int c : chunks) {
+    if (c < 0 || c >= static_cast<int>(S.chunks.size())) continue;
+    const int32_t id = S.chunks[c];
+    ChunkRec& r = recs_[id];
+    if (r.state != ChunkState::kEmpty || r.length != kBlockTokens) continue;  // has KV, or is moving
+    Tier dst = Tier::kT0;
+    int32_t b = t0_.Allocate();
+    if (b < 0 && config_.t1_blocks > 0) {
+      dst = Tier::kT1;
+      b = AllocateIn(Tier::kT1, now);
+    }
+    if (b < 0) break;  // no room now: the rest are recomputed
+    TransferOp op{next_op_++, Tier::kNone, -1, dst, b, s, c};
+    r.op = op.id;
+    in_flight_[op.id] = InFlight{op, id, -1, /*fill=*/true};
+    Transition(id, ChunkState::kCopyTarget);
+    ops.push_back(op);
+  }
+  for (int32_t id : S.chunks) {
+    recs_[id].pins--;
+    Sync(id);
+  }
+  return ops;
+}
+
+std::vector<CacheManager::RestingChunk> CacheManager::RestingFullChunks(SessionId s) const {
+  std::vector<RestingChunk> out;
+  const SessionRec& S = sessions_.at(s);
+  for (size_t i = 0; i < S.chunks.size(); i++) {
+    const ChunkRec& c = recs_[S.chunks[i]];
+    if (c.state == ChunkState::kResident && c.length == kBlockTokens && (c.tier == Tier::kT0 || c.tier == Tier::kT1)) {
+      out.push_back({static_cast<int>(i), c.tier, c.block});
+    }
+  }
+  return out;
 }
 
 void CacheManager::PlanFlushToDisk() {
@@ -860,6 +941,8 @@ bool CacheManager::CheckInvariants() const {
       readers[f.copy_of]++;
       if (c.tier != Tier::kNone || from.tier != f.op.src || from.block != f.op.src_block) return false;
       if (from.state != ChunkState::kResident && from.state != ChunkState::kRevived) return false;
+    } else if (f.fill) {  // a fill: no source block, the record has no data until it lands
+      if (c.tier != Tier::kNone || f.op.src != Tier::kNone || c.state != ChunkState::kCopyTarget) return false;
     } else if (c.tier != f.op.src || c.block != f.op.src_block) {  // a move reads its record's block
       return false;
     }

@@ -64,6 +64,8 @@ struct CacheStats {
   int64_t cow_copies = 0;            // partial chunks copied for Fork/Truncate/Release (copy-on-write)
   int64_t cow_recomputes = 0;        // partial chunks whose KV existed but could not be copied (no block
                                      // could be had, or a copy failed): recomputed when next needed
+  int64_t fills = 0;                 // chunks filled from outside the tiers (the remote tier, PlanFills)
+  int64_t failed_fills = 0;          // planned fills that brought nothing (a miss, or the tier failed)
 };
 
 class CacheManager {
@@ -139,6 +141,7 @@ class CacheManager {
                                        // recomputed by another owner of the shared chunk)
     std::vector<TransferOp> swap_ins;  // T1 -> T0 copies that must land before attention reads
     int hit_tokens[3] = {0, 0, 0};     // positions below kv_tokens served from T0, T1, T2
+    int remote_tokens = 0;             // ... and from fills (PlanFills), not counted above
   };
   // Makes positions [0, n_tokens) of s resident in T0 and pins them until Release/Suspend.
   // kOk fills `out`; kLater means it cannot fit yet (running requests hold T0, or room must be
@@ -186,6 +189,26 @@ class CacheManager {
   void OnTransferDone(uint64_t op_id, bool ok);
   bool transfers_in_flight() const { return !in_flight_.empty(); }
 
+  // ---- fills from outside the tiers (the remote tier) ----
+  // Plans fills of chunks of s (not acquired) whose KV is gone, before an admission is tried: for
+  // each index in `chunks` (ascending) naming a full chunk that s holds with no KV (kEmpty), or one
+  // past s's KV when that ends on a chunk boundary, the chunk gets a block (T0 when one is free,
+  // else T1, evicting by the policy; none: skipped) and waits as a copy target for the returned op
+  // (src kNone: the engine supplies the data), which the caller reports through OnTransferDone. s's
+  // KV is extended over chunks past its end (RestoreLength): a fill that fails is recomputed, and
+  // a caller that gives up before acquiring truncates s back. Acquire answers kLater until they
+  // are reported. Cost: O(chunks of s).
+  std::vector<TransferOp> PlanFills(SessionId s, const std::vector<int>& chunks, double now);
+  // A chunk at rest in T0 or T1 holding all its 32 positions (RestingFullChunks).
+  struct RestingChunk {
+    int chunk = 0;
+    Tier tier = Tier::kT0;
+    int32_t block = -1;
+  };
+  // s's full chunks at rest in T0 or T1, by index, e.g. to copy out at shutdown (the caller reads
+  // the blocks while nothing else runs).
+  std::vector<RestingChunk> RestingFullChunks(SessionId s) const;
+
   // Plans copies of every unpinned T0/T1 chunk into free T2 slots (no evictions), e.g. before a
   // shutdown, so that a restart finds them. Take them with TakeTransfers.
   void PlanFlushToDisk();
@@ -221,6 +244,7 @@ class CacheManager {
     int readers = 0;          // in-flight copies reading this chunk's block: it neither moves nor is freed
     bool from_disk = false;   // its data came up from T2 and is not yet counted as a disk hit (a
                               // tag that survives moves between T0 and T1; cleared when dropped)
+    bool from_remote = false; // likewise for data a fill brought (PlanFills)
     SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
     int disk_chunk = -1;
     std::vector<SessionId> owners;  // [refs] sessions holding it (as chunk begin / kBlockTokens)
@@ -247,6 +271,7 @@ class CacheManager {
     TransferOp op;
     int32_t rec;          // chunk record moved, or filled by a copy
     int32_t copy_of = -1; // a copy: the record read (its data stays where it is); -1: a move
+    bool fill = false;    // a fill of rec from outside the tiers (PlanFills): no source block
   };
 
   BlockAllocator& pool(Tier t);
@@ -295,6 +320,9 @@ class CacheManager {
   // Gives s its own record for its partial last chunk when that chunk is shared.
   void UnshareLast(SessionId s, SessionRec& S, double now);
   int PinnedT0Blocks() const;
+  // Counts c's valid positions as a hit of `tier` (0 or 1), or of the tag it carries (disk,
+  // remote), and clears the tags.
+  static void CountHit(ChunkRec& c, int tier, int valid, Acquired* out);
   Room RoomFor(const SessionRec& S, int n_tokens) const;
   // Starts the loads of S's disk chunks: straight into T0 when a block is free, else into T1.
   void StartLoads(SessionRec& S, double now);

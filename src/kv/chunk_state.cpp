@@ -28,7 +28,7 @@ const ChunkEdge kChunkEdges[] = {
     {S::kEmpty, S::kResident,
      "Acquire/Grow: a chunk past kv_tokens gets a T0 block; RestoreChunk; a synchronous copy-on-write copy; "
      "Release: a suspended recompute's block passes to the releaser's own record"},
-    {S::kEmpty, S::kCopyTarget, "Fork/Truncate/Release: a background copy-on-write copy will fill it"},
+    {S::kEmpty, S::kCopyTarget, "Fork/Truncate/Release: a background copy-on-write copy will fill it; PlanFills: a remote fill"},
     {S::kFilling, S::kResident, "Release: the recompute finished, or the chunk is the releaser's alone"},
     {S::kFilling, S::kEmpty,
      "Release: a shared chunk left part-recomputed (its block goes to the releaser's own record, or nothing was "
@@ -42,8 +42,8 @@ const ChunkEdge kChunkEdges[] = {
     {S::kRevived, S::kResident, "the demotion ended: its destination block is freed, the T0 block kept"},
     {S::kLoading, S::kResident, "landed in the upper tier (a failed swap-in leaves it in T1)"},
     {S::kLoading, S::kEmpty, "a disk read failed (checksum or identity): recomputed"},
-    {S::kCopyTarget, S::kResident, "the copy landed"},
-    {S::kCopyTarget, S::kEmpty, "the copy failed: recomputed"},
+    {S::kCopyTarget, S::kResident, "the copy (or fill) landed"},
+    {S::kCopyTarget, S::kEmpty, "the copy failed, or the fill found nothing: recomputed"},
 };
 const int kChunkEdgeCount = static_cast<int>(sizeof(kChunkEdges) / sizeof(kChunkEdges[0]));
 

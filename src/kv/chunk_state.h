@@ -13,7 +13,7 @@
 //   kFree       -> kEmpty       NewRec
 //   kEmpty      -> kFilling     Acquire: KV gone below kv_tokens, a T0 block to recompute into
 //               -> kResident    Acquire/Grow (new positions), RestoreChunk, a synchronous copy
-//               -> kCopyTarget  a background copy-on-write copy
+//               -> kCopyTarget  a background copy-on-write copy, or a fill from the remote tier
 //               -> kFree        recycled: no owner, transfer or reader left
 //   kFilling    -> kResident    Release: recomputed, or the releaser's alone
 //               -> kEmpty       Release: a shared chunk left part-recomputed
@@ -45,7 +45,8 @@ enum class ChunkState : uint8_t {
   kRevived,     // a demotion out of T0 whose result will be discarded: the chunk is in use (or
                 // read by a copy) again, so it keeps its T0 block and the destination is freed
   kLoading,     // being moved up (T1 -> T0 swap-in, T2 -> T0/T1 disk load)
-  kCopyTarget,  // no KV yet: a copy-on-write transfer fills it from another record
+  kCopyTarget,  // no KV yet: a copy-on-write transfer fills it from another record, or a fill
+                // brings its KV from outside the tiers (the remote tier; CacheManager::PlanFills)
 };
 inline constexpr int kChunkStates = 8;
 

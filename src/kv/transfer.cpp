@@ -33,8 +33,8 @@ bool TransferTask::ok() const {
   return ok_;
 }
 
-TransferEngine::TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2)
-    : t0_(t0), t1_(t1), t2_(t2), staging_(t0->shape().BlockBytes()) {
+TransferEngine::TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2, RemoteTier* remote)
+    : t0_(t0), t1_(t1), t2_(t2), remote_(remote), staging_(t0->shape().BlockBytes()) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -64,12 +64,14 @@ std::shared_ptr<SwapInGroup> TransferEngine::SubmitSwapIns(const std::vector<Tra
   return g;
 }
 
-void TransferEngine::Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids) {
+void TransferEngine::Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids,
+                            const std::vector<std::optional<RemoteChunkId>>& puts) {
   if (ops.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < ops.size(); i++) {
-      jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{}, nullptr});
+      jobs_.push_back({ops[i], i < disk_ids.size() ? disk_ids[i] : DiskSlotId{},
+                       i < puts.size() ? puts[i] : std::nullopt, nullptr});
       unfinished_.insert(ops[i].id);
     }
   }
@@ -81,7 +83,7 @@ std::shared_ptr<TransferTask> TransferEngine::SubmitTask(std::function<bool()> f
   t->fn_ = std::move(fn);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back({TransferOp{}, DiskSlotId{}, t});
+    jobs_.push_back({TransferOp{}, DiskSlotId{}, std::nullopt, t});
   }
   cv_.notify_all();
   return t;
@@ -197,6 +199,8 @@ bool TransferEngine::RunJob(const Job& j) {
     KvStorage* dst = storage(op.dst);
     for (int l = 0; l < n_layers; l++) std::memcpy(dst->block(l, op.dst_block), src->block(l, op.src_block), lb);
   }
+  // The source block is valid until this op is reported: a put copies it now (a T0 or T1 block).
+  if (ok && j.put && remote_ && op.src != Tier::kT2) remote_->Offer(*j.put, *storage(op.src), op.src_block);
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t bytes = int64_t(lb) * n_layers;
   // A copy within T0 (copy-on-write of a fork's partial chunk) moves nothing between tiers.

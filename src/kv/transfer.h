@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_set>
@@ -28,6 +29,7 @@
 #include "kv/cache_manager.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_storage.h"
+#include "kv/remote_tier.h"
 
 namespace mnemo {
 
@@ -91,8 +93,9 @@ struct TransferStats {
 
 class TransferEngine {
  public:
-  // t1 and t2 may be null when those tiers are off. The pools must outlive the engine.
-  TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2);
+  // t1 and t2 may be null when those tiers are off, and remote when there is no remote tier. The
+  // pools and the remote tier must outlive the engine.
+  TransferEngine(KvStorage* t0, KvStorage* t1, DiskTier* t2, RemoteTier* remote = nullptr);
   ~TransferEngine();
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
@@ -100,8 +103,11 @@ class TransferEngine {
   // Starts the swap-ins (all T1 -> T0) of one step ahead of any queued work.
   std::shared_ptr<SwapInGroup> SubmitSwapIns(const std::vector<TransferOp>& ops);
   // Queues background copies. disk_ids[i] names the chunk of ops[i] for T2 headers (ignored when
-  // the op does not involve T2).
-  void Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids);
+  // the op does not involve T2). puts[i], when set, names the full chunk ops[i] reads for the
+  // remote tier: once the op has copied it out of its source block, the block is offered as a put
+  // (RemoteTier::Offer: a copy into its queue; the network I/O is the remote tier's).
+  void Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids,
+              const std::vector<std::optional<RemoteChunkId>>& puts = {});
   // (op id, ok) of every op finished since the last call, swap-in groups included.
   std::vector<std::pair<uint64_t, bool>> TakeCompleted();
   // Queues fn to run on the transfer thread behind the queued ops (after any swap-in group
@@ -127,6 +133,7 @@ class TransferEngine {
   struct Job {
     TransferOp op;
     DiskSlotId id;
+    std::optional<RemoteChunkId> put;  // offer the source block to the remote tier after the copy
     std::shared_ptr<TransferTask> task;  // set: run this task instead of op
   };
   void Run();
@@ -137,6 +144,7 @@ class TransferEngine {
   KvStorage* t0_;
   KvStorage* t1_;
   DiskTier* t2_;
+  RemoteTier* remote_;
   std::vector<char> staging_;  // [n_layers * layer_block_bytes] one block, for disk I/O
 
   mutable std::mutex mu_;

@@ -907,3 +907,77 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
 
 }  // namespace
 }  // namespace mnemo
+
+namespace mnemo {
+namespace {
+
+// Fills from outside the tiers (the remote tier): a restored session's dropped chunks wait as
+// copy targets, Acquire waits for them, a filled chunk is a remote hit and a failed one recomputed.
+TEST(CacheFills, FillsOfDroppedChunksAreWaitedForAndCounted) {
+  CacheManager cm(CacheConfig{16, 8, 0, 0.1}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  cm.RestoreLength(1, 100);  // chunks 0..3 with no KV (3 partial)
+  const auto ops = cm.PlanFills(1, {0, 1, 3}, 1.0);  // chunk 3 is partial: not filled
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].src, Tier::kNone);
+  EXPECT_EQ(ops[0].dst, Tier::kT0);
+  EXPECT_EQ(ops[0].chunk, 0);
+  EXPECT_EQ(ops[1].chunk, 1);
+  EXPECT_TRUE(cm.CheckInvariants());
+  EXPECT_EQ(cm.transitions(ChunkState::kEmpty, ChunkState::kCopyTarget), 2);
+  CacheManager::Acquired a;
+  EXPECT_EQ(cm.Acquire(1, 110, 1.0, &a), Admission::kLater) << "fills in flight are waited for";
+  EXPECT_TRUE(cm.PlanFills(1, {0, 1}, 1.0).empty()) << "a chunk already being filled is not planned again";
+  cm.OnTransferDone(ops[0].id, true);
+  cm.OnTransferDone(ops[1].id, false);  // a miss
+  EXPECT_TRUE(cm.CheckInvariants());
+  ASSERT_EQ(cm.Acquire(1, 110, 2.0, &a), Admission::kOk);
+  EXPECT_EQ(a.remote_tokens, 32);
+  EXPECT_EQ(a.hit_tokens[0], 0);
+  EXPECT_EQ(a.recompute, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(cm.stats().fills, 1);
+  EXPECT_EQ(cm.stats().failed_fills, 1);
+  cm.Release(1, 110, 2.0);
+  EXPECT_TRUE(cm.CheckInvariants());
+  CacheManager::Acquired again;
+  ASSERT_EQ(cm.Acquire(1, 111, 3.0, &again), Admission::kOk);
+  EXPECT_EQ(again.remote_tokens, 0) << "a remote hit is counted once";
+  EXPECT_EQ(again.hit_tokens[0], 110);
+}
+
+TEST(CacheFills, FillsPastTheKvExtendItAndATruncationUndoesIt) {
+  CacheManager cm(CacheConfig{8, 0, 0, 0.1}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  const auto ops = cm.PlanFills(1, {0, 1}, 1.0);  // a new session: its prompt's chunks
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(cm.kv_tokens(1), 64);
+  cm.Truncate(1, 10);  // the turn ended before admission: back to its log
+  EXPECT_EQ(cm.kv_tokens(1), 10);
+  EXPECT_TRUE(cm.CheckInvariants());
+  cm.OnTransferDone(ops[1].id, true);  // a fill of a chunk nobody holds any more: its block is freed
+  cm.OnTransferDone(ops[0].id, true);
+  EXPECT_TRUE(cm.CheckInvariants());
+  EXPECT_EQ(cm.used_blocks(Tier::kT0), 1);  // chunk 0, partial now, keeps the positions it holds
+  // A KV ending inside a chunk is not extended (its last chunk would claim positions it lacks).
+  cm.AddSession(2, 0);
+  cm.RestoreLength(2, 40);
+  EXPECT_TRUE(cm.PlanFills(2, {2}, 1.0).empty());
+  EXPECT_EQ(cm.kv_tokens(2), 40);
+}
+
+TEST(CacheFills, FillsGoToT1WhenT0IsFullAndStopWhenNothingIsFree) {
+  CacheManager cm(CacheConfig{2, 1, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 64, 0.0), Admission::kOk);  // fills T0
+  cm.AddSession(2, 1.0);
+  const auto ops = cm.PlanFills(2, {0, 1, 2}, 5.0);
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops[0].dst, Tier::kT1);
+  EXPECT_EQ(ops.size(), 1u) << "T1 holds one block: the rest are recomputed";
+  EXPECT_TRUE(cm.CheckInvariants());
+  for (const auto& op : ops) cm.OnTransferDone(op.id, true);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+}  // namespace
+}  // namespace mnemo
