@@ -26,6 +26,9 @@ struct EngineFlags {
   double t1_mb = 0;    // < 0: sized from the machine
   double t2_mb = 0;    // < 0: sized from the disk (needs disk_dir)
   std::string disk_dir;
+  std::string kv_remote;               // redis://HOST[:PORT][/DB]: the shared remote KV tier; empty = none
+  std::string kv_remote_fetch = "auto";  // auto: fetch when cheaper than recomputing; always
+  int kv_remote_ttl_s = 86400;
   double reserve = 0.1;
   std::string policy = "pensieve";
   std::string cache = "on";

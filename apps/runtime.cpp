@@ -40,6 +40,15 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--kv-t1-mb", f->t1_mb, "host-tier KV pool (MB); 0 = none")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-disk-mb", f->t2_mb, "disk-tier KV (MB); 0 = none")->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-disk-dir", f->disk_dir, "directory of the disk tier");
+  cmd->add_option("--kv-remote", f->kv_remote,
+                  "shared remote KV tier, a cache: redis://HOST[:PORT][/DB] (Redis 7; see docs/deploy.md)");
+  cmd->add_option("--kv-remote-fetch", f->kv_remote_fetch,
+                  "auto: fetch a chunk from the remote tier when that is cheaper than recomputing it; always")
+      ->check(CLI::IsMember({"auto", "always"}))
+      ->capture_default_str();
+  cmd->add_option("--kv-remote-ttl", f->kv_remote_ttl_s, "seconds a chunk stays in the remote tier")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--kv-reserve", f->reserve, "share of T0 reserved for generated tokens")->check(CLI::Range(0.0, 0.9));
   cmd->add_option("--policy", f->policy, "eviction policy")->check(CLI::IsMember({"pensieve", "lru"}));
   cmd->add_option("--cache", f->cache, "on: keep KV across turns; off: recompute every turn")
@@ -89,6 +98,9 @@ EngineConfig MakeEngineConfig(const EngineFlags& f, DType kv_dtype) {
   c.t1_mb = f.t1_mb;
   c.t2_mb = f.t2_mb;
   c.disk_dir = f.disk_dir;
+  c.kv_remote = f.kv_remote;
+  c.kv_remote_always = f.kv_remote_fetch == "always";
+  c.kv_remote_ttl_s = f.kv_remote_ttl_s;
   c.reserve_fraction = f.reserve;
   c.policy = f.policy;
   c.cache = f.cache == "on";
@@ -151,7 +163,13 @@ Result<EngineRuntime> StartEngine(const std::string& model_path, const std::stri
                engine.t2_mb > 0 ? fmt::format("{:.0f} MB in {}", engine.t2_mb, engine.disk_dir) : std::string("off"),
                shape.BlockBytes() / 1024, ctx);
   EngineConfig ec = MakeEngineConfig(engine, rt->kv_dtype);
-  if (engine.t2_mb > 0) {  // the disk tier outlives the process: its KV must be this model's
+  if (!engine.kv_remote.empty()) {
+    // (Without the scheme: a line with "://HOST:PORT" is the one that announces the server's address.)
+    const std::string at = engine.kv_remote.rfind("redis://", 0) == 0 ? engine.kv_remote.substr(8) : engine.kv_remote;
+    spdlog::info("remote KV tier: Redis at {} (fetch: {})", at, engine.kv_remote_fetch);
+  }
+  // The disk tier outlives the process and the remote tier is shared: their KV must be this model's.
+  if (engine.t2_mb > 0 || !engine.kv_remote.empty()) {
     const uint64_t parts[3] = {rt->file->Fingerprint(), static_cast<uint64_t>(rt->kv_dtype),
                                static_cast<uint64_t>(model_flags.precision == "f32")};
     ec.kv_identity = XXH3_64bits(parts, sizeof parts);

@@ -88,6 +88,7 @@ Result<SessionId> Engine::ComposeSession(SessionId src, std::vector<int32_t> tok
     it->second.composing++;
     Session& d = sessions_[c->dst];
     d.id = c->dst;
+    d.shares_kv = false;  // approximate KV (re-rotated, computed against another context)
     MarkLive(c->dst, true);
     d.tokens = std::move(tokens);
     d.turns.push_back(Turn{0, n, n});

@@ -148,7 +148,22 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const Tokenizer& to
   e->t0_ = std::make_unique<KvStorage>(shape, cc.t0_blocks);
   if (cc.t1_blocks > 0) e->t1_ = std::make_unique<KvStorage>(shape, cc.t1_blocks);
   e->cache_ = std::make_unique<CacheManager>(cc, std::move(policy.value()));
-  e->transfer_ = std::make_unique<TransferEngine>(e->t0_.get(), e->t1_.get(), e->t2_.get());
+  if (!config.kv_remote.empty()) {
+    RemoteTierConfig rc;
+    rc.url = config.kv_remote;
+    rc.ttl_s = config.kv_remote_ttl_s;
+    auto remote = RemoteTier::Create(rc, RemoteKvSpace{config.kv_identity, config.kv_dtype, shape.BlockBytes()});
+    if (!remote.ok()) return remote.error();
+    e->remote_ = std::move(remote.value());
+    e->remote_->SetListener([p = e.get()] {  // fills landed: wake the engine as finished copies do
+      {
+        std::lock_guard<std::mutex> lock(p->mu_);
+        p->transfers_done_ = true;
+      }
+      p->cv_.notify_all();
+    });
+  }
+  e->transfer_ = std::make_unique<TransferEngine>(e->t0_.get(), e->t1_.get(), e->t2_.get(), e->remote_.get());
   e->transfer_->SetListener([p = e.get()] {
     {
       std::lock_guard<std::mutex> lock(p->mu_);
@@ -174,6 +189,7 @@ Engine::~Engine() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   transfer_.reset();  // its listener locks mu_: stop its thread while mu_ still exists
+  remote_.reset();    // likewise; and its fills write into t0_/t1_, which outlive it
 }
 
 bool Engine::Call(const std::function<void()>& fn) {
@@ -246,6 +262,7 @@ void Engine::Loop() {
   }
   AbortCompositions();
   FlushToDisk();
+  FlushToRemote();
 }
 
 Result<std::optional<SessionId>> Engine::MintSessionId() {
@@ -315,7 +332,8 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
     RaiseNextSessionId(id + 1);
     cache_->AddSession(id, s.last_active);
     MarkLive(id, true);
-    RestoreFromDisk(s);
+    // KV from a disk tier may be a composition's (approximate): such a session's KV is not shared.
+    if (RestoreFromDisk(s) > 0) s.shares_kv = false;
     // Positions no disk chunk covers are rebuilt from the raw tokens (counted as recomputed).
     cache_->RestoreLength(id, std::max(0, static_cast<int>(s.tokens.size()) - 1));
   });
@@ -382,6 +400,7 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
     SessionId nid = minted->has_value() ? **minted : next_session_++;
     Session& dst = sessions_[nid];
     dst.id = nid;
+    dst.shares_kv = src.shares_kv;
     MarkLive(nid, true);
     dst.tokens.assign(src.tokens.begin(), src.tokens.begin() + n_tokens);
     for (const Turn& t : src.turns) {
@@ -496,6 +515,8 @@ EngineStats Engine::Stats() {
     for (int t = 0; t < 3; t++) st.used_blocks[t] = cache_->used_blocks(static_cast<Tier>(t));
     st.cache = cache_->stats();
     st.transfer = transfer_->stats();
+    st.remote_on = remote_ != nullptr;
+    if (remote_) st.remote = remote_->stats();
   });
   return st;
 }

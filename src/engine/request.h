@@ -48,7 +48,8 @@ struct TokenSources {
   int64_t t2 = 0;          // read from disk
   int64_t recomputed = 0;  // history positions whose KV was gone (recomputed)
   int64_t fresh = 0;       // positions never computed before (new prompt tokens)
-  int64_t cached() const { return t0 + t1 + t2; }
+  int64_t remote = 0;      // KV fetched from the remote tier (--kv-remote) instead of computed
+  int64_t cached() const { return t0 + t1 + t2 + remote; }
 };
 
 // Why a turn ended.

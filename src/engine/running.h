@@ -24,6 +24,7 @@ struct Engine::Running {
   size_t n_recompute = 0;         // queries[0, n_recompute) recompute KV that was gone
   bool tail_unfed = false;        // seq.back() was sampled and not fed yet
   uint64_t order = 0;             // admission order (suspension picks the youngest)
+  bool remote_checked = false;    // remote fetches considered (once, before the first admission)
   std::optional<Sampler> sampler;
   std::optional<StreamDecoder> decoder;
   std::optional<StopMatcher> stop;

@@ -89,7 +89,7 @@ StepPlan ScheduleStep(CacheManager& cache, std::span<const RunningTurn> running,
     // Everything is cached (e.g. a regenerated reply): feed the last position again for its logits.
     if (pa.queries.empty() || pa.queries.back() != t.n_tokens - 1) pa.queries.push_back(t.n_tokens - 1);
     pa.sources = TokenSources{a.hit_tokens[0], a.hit_tokens[1], a.hit_tokens[2], pa.n_recompute,
-                              static_cast<int64_t>(t.n_tokens) - kv_before};
+                              static_cast<int64_t>(t.n_tokens) - kv_before, a.remote_tokens};
     plan.swap_ins.insert(plan.swap_ins.end(), a.swap_ins.begin(), a.swap_ins.end());
     plan.admitted.push_back(std::move(pa));
     holding++;

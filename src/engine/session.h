@@ -22,6 +22,9 @@ struct Session {
   double created = 0;           // engine clock, seconds
   double last_active = 0;       // engine clock, seconds
   bool busy = false;            // a turn is queued or running on it
+  bool shares_kv = true;        // its KV is exactly what its tokens give (not composed by selective
+                                // context, not restored from a disk tier): chunks may be put to and
+                                // fetched from the remote tier, which names KV by tokens alone
   int composing = 0;            // compositions queued or running that read its KV: its turns wait,
                                 // and verbs that change its KV refuse
 };

@@ -1,10 +1,12 @@
 // The engine's step: admission, the token budget, the forward pass, sampling and finishing turns.
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "base/log.h"
 #include "engine/batch_plan.h"
 #include "engine/engine.h"
+#include "engine/remote_fetch.h"
 #include "engine/running.h"
 #include "engine/scheduler.h"
 
@@ -45,10 +47,14 @@ void Engine::PollTransfers() {
     if (!ok) spdlog::warn("KV transfer {} failed; the chunk falls back to its other copy or to recomputation", id);
     cache_->OnTransferDone(id, ok);
   }
+  if (remote_) {
+    // A fill that brought nothing (a miss, or the tier down: logged there) leaves its chunk to be
+    // recomputed, as without a remote tier.
+    for (const auto& [id, ok] : remote_->TakeCompleted()) cache_->OnTransferDone(id, ok);
+  }
 }
 
-DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
-  // The tokens the chunk's KV was computed from: a running turn's sequence, else the log.
+const std::vector<int32_t>* Engine::KvTokens(SessionId s) const {
   const std::vector<int32_t>* tokens = nullptr;
   for (const auto& r : running_) {
     if (r->session->id == s) tokens = &r->seq;
@@ -58,6 +64,12 @@ DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
   }
   auto it = sessions_.find(s);
   if (!tokens && it != sessions_.end()) tokens = &it->second.tokens;
+  return tokens;
+}
+
+DiskSlotId Engine::SlotId(SessionId s, int chunk) const {
+  // The tokens the chunk's KV was computed from: a running turn's sequence, else the log.
+  const std::vector<int32_t>* tokens = KvTokens(s);
   DiskSlotId id;
   id.session = s;
   id.chunk = chunk;
@@ -85,7 +97,94 @@ void Engine::SubmitTransfers() {
   for (const TransferOp& op : ops) {
     ids.push_back(op.dst == Tier::kT2 || op.src == Tier::kT2 ? SlotId(op.session, op.chunk) : DiskSlotId{});
   }
-  transfer_->Submit(ops, ids);
+  transfer_->Submit(ops, ids, RemotePuts(ops));
+}
+
+std::vector<std::optional<RemoteChunkId>> Engine::RemotePuts(const std::vector<TransferOp>& ops) const {
+  std::vector<std::optional<RemoteChunkId>> puts;
+  if (!remote_ || !config_.cache) return puts;
+  puts.resize(ops.size());
+  std::unordered_map<SessionId, std::vector<RemoteChunkId>> ids;  // per session, computed in one pass
+  for (size_t i = 0; i < ops.size(); i++) {
+    const TransferOp& op = ops[i];
+    // A chunk leaving T0 (to T1 or disk), or T1 for disk: its block is read by the op anyway.
+    const bool leaves = (op.src == Tier::kT0 && (op.dst == Tier::kT1 || op.dst == Tier::kT2)) ||
+                        (op.src == Tier::kT1 && op.dst == Tier::kT2);
+    if (!leaves || op.session < 0) continue;
+    auto s = sessions_.find(op.session);
+    if (s == sessions_.end() || !s->second.shares_kv) continue;
+    const std::vector<int32_t>* tokens = KvTokens(op.session);
+    const int end = (op.chunk + 1) * kBlockTokens;
+    if (!tokens || end > std::min(cache_->kv_tokens(op.session), static_cast<int>(tokens->size()))) continue;  // partial
+    std::vector<RemoteChunkId>& v = ids[op.session];
+    if (static_cast<int>(v.size()) <= op.chunk) {
+      v = RemoteChunksOf(*tokens, std::min(static_cast<int>(tokens->size()), cache_->kv_tokens(op.session)) / kBlockTokens);
+    }
+    puts[i] = v[op.chunk];
+  }
+  return puts;
+}
+
+void Engine::PlanRemoteFetches(double now) {
+  if (!remote_ || !config_.cache || !remote_->available()) return;
+  // The turns at the head of the queue, each once: a fetch started for a turn far behind would
+  // hold blocks long before it is admitted.
+  constexpr int kLookahead = 4;
+  int looked = 0;
+  for (auto& w : waiting_) {
+    Running& r = *w;
+    if (r.remote_checked) continue;
+    if (looked++ >= kLookahead) break;
+    r.remote_checked = true;
+    Session& s = *r.session;
+    if (s.composing || !s.shares_kv) continue;
+    // Full chunks with no KV here, the last position excluded (it is fed for its logits): those
+    // below the session's KV that were dropped, and those past it when it ends on a boundary.
+    const int kv = cache_->kv_tokens(s.id);
+    const std::vector<Tier> where = cache_->Residency(s.id);
+    const int full = (static_cast<int>(r.seq.size()) - 1) / kBlockTokens;
+    std::vector<int> candidates;
+    for (int c = 0; c < full; c++) {
+      if (c < static_cast<int>(where.size()) ? where[c] == Tier::kNone : kv % kBlockTokens == 0) candidates.push_back(c);
+    }
+    if (candidates.empty()) continue;
+    const RemoteStats rs = remote_->stats();
+    const std::vector<int> chosen =
+        ChooseRemoteFetches(candidates, cost_fit_->params(),
+                            RemoteFetchCost{rs.rtt_s, rs.bytes_per_s, RemoteHeaderBytes() + stats_.block_bytes},
+                            config_.kv_remote_always);
+    if (chosen.empty()) continue;
+    const std::vector<RemoteChunkId> ids = RemoteChunksOf(r.seq, chosen.back() + 1);
+    std::vector<RemoteFill> fills;
+    for (const TransferOp& op : cache_->PlanFills(s.id, chosen, now)) {
+      fills.push_back(RemoteFill{op.id, ids[op.chunk], op.dst == Tier::kT0 ? t0_.get() : t1_.get(), op.dst_block});
+    }
+    spdlog::debug("session {}: fetching {} of {} missing chunks from the remote tier", s.id, fills.size(),
+                  candidates.size());
+    remote_->Fetch(std::move(fills));
+  }
+}
+
+void Engine::FlushToRemote() {
+  if (!remote_ || !config_.cache) return;
+  // Shutdown: nothing else runs, so T0 and T1 blocks can be read here. What a restart or another
+  // replica would otherwise recompute goes out, within a bound (the queue waits at most ~2 s).
+  const double deadline = Now() + 2.0;
+  int offered = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (!s.shares_kv || !cache_->HasSession(id)) continue;
+    const int end = std::min(cache_->kv_tokens(id), static_cast<int>(s.tokens.size()));
+    std::vector<CacheManager::RestingChunk> chunks = cache_->RestingFullChunks(id);
+    if (chunks.empty()) continue;
+    const std::vector<RemoteChunkId> ids = RemoteChunksOf(s.tokens, end / kBlockTokens);
+    for (const auto& c : chunks) {
+      if (c.chunk >= static_cast<int>(ids.size())) continue;
+      KvStorage& from = c.tier == Tier::kT0 ? *t0_ : *t1_;
+      offered += remote_->Offer(ids[c.chunk], from, c.block, std::max(0.0, deadline - Now()));
+    }
+  }
+  remote_->Drain(std::max(0.1, deadline - Now()));
+  if (offered > 0) spdlog::info("shutdown: {} KV chunks offered to the remote tier", offered);
 }
 
 void Engine::ExpireQueued(double now) {
@@ -117,6 +216,7 @@ StepPlan Engine::Schedule(double now) {
       i++;
     }
   }
+  PlanRemoteFetches(now);  // their admission waits (kLater) until the fills are reported
   std::vector<RunningTurn> running;
   for (const auto& r : running_) {
     RunningTurn t;
@@ -165,6 +265,7 @@ StepPlan Engine::Schedule(double now) {
     stats_.sources.t2 += pa.sources.t2;
     stats_.sources.recomputed += pa.sources.recomputed;
     stats_.sources.fresh += pa.sources.fresh;
+    stats_.sources.remote += pa.sources.remote;
     plan_turns_.push_back(&r);
   }
   transfer_group_ops_.insert(transfer_group_ops_.end(), plan.swap_ins.begin(), plan.swap_ins.end());
@@ -461,6 +562,12 @@ void Engine::Finish(Running& r, FinishReason reason, double now) {
     s.tokens = r.seq;
     s.turns.push_back(t);
   }
+  // A turn ended while not admitted may leave KV past the log: remote fills planned for its new
+  // tokens (PlanFills), or the discarded tokens of a suspended turn. The log is what stays.
+  if (!r.admitted && cache_->HasSession(s.id) && !cache_->acquired(s.id) &&
+      cache_->kv_tokens(s.id) > static_cast<int>(s.tokens.size())) {
+    cache_->Truncate(s.id, static_cast<int>(s.tokens.size()), now);
+  }
   s.busy = false;
   s.last_active = now;
   r.result.finish_reason = reason;
@@ -508,14 +615,14 @@ void Engine::FlushToDisk() {
   PollTransfers();
 }
 
-void Engine::RestoreFromDisk(Session& s) {
-  if (!t2_) return;
+int Engine::RestoreFromDisk(Session& s) {
+  if (!t2_) return 0;
   if (!disk_scanned_) {
     for (const auto& e : t2_->Scan()) disk_index_[e.id.session].push_back(e);
     disk_scanned_ = true;
   }
   auto it = disk_index_.find(s.id);
-  if (it == disk_index_.end()) return;
+  if (it == disk_index_.end()) return 0;
   // Chunks whose KV matches the log's tokens; the session's KV then extends to the furthest one.
   std::vector<DiskTier::Entry> good;
   int kv = 0;
@@ -540,6 +647,7 @@ void Engine::RestoreFromDisk(Session& s) {
                   it->second.size());
   }
   disk_index_.erase(it);
+  return restored;
 }
 
 }  // namespace mnemo

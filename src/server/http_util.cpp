@@ -393,7 +393,7 @@ Json ChatUsage(const TurnResult& r, int64_t completion) {
           {"prompt_tokens_details", {{"cached_tokens", r.sources.cached()}}},
           {"mnemo_tokens_by_source",
            {{"t0", r.sources.t0}, {"t1", r.sources.t1}, {"t2", r.sources.t2}, {"recomputed", r.sources.recomputed},
-            {"new", r.sources.fresh}}}};
+            {"new", r.sources.fresh}, {"remote", r.sources.remote}}}};
 }
 
 Json ResponsesUsage(const TurnResult& r) {

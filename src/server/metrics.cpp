@@ -77,6 +77,7 @@ void Metrics::Turn(const TurnResult& r, bool choice) {
   cached_t0_ += r.sources.t0;
   cached_t1_ += r.sources.t1;
   cached_t2_ += r.sources.t2;
+  cached_remote_ += r.sources.remote;
   recomputed_ += r.sources.recomputed;
   fresh_ += r.sources.fresh;
   if (!r.tokens.empty()) ttft_.Observe(r.ttft_seconds);
@@ -129,10 +130,11 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   Line(&out, "mnemo_context_tokens_total{source=\"t0\"} %llu", static_cast<unsigned long long>(cached_t0_));
   Line(&out, "mnemo_context_tokens_total{source=\"t1\"} %llu", static_cast<unsigned long long>(cached_t1_));
   Line(&out, "mnemo_context_tokens_total{source=\"t2\"} %llu", static_cast<unsigned long long>(cached_t2_));
+  Line(&out, "mnemo_context_tokens_total{source=\"remote\"} %llu", static_cast<unsigned long long>(cached_remote_));
   Line(&out, "mnemo_context_tokens_total{source=\"recomputed\"} %llu", static_cast<unsigned long long>(recomputed_));
   Line(&out, "mnemo_context_tokens_total{source=\"new\"} %llu", static_cast<unsigned long long>(fresh_));
   counter("mnemo_cached_tokens_total", "Context tokens served from the cache (any tier)",
-          cached_t0_ + cached_t1_ + cached_t2_);
+          cached_t0_ + cached_t1_ + cached_t2_ + cached_remote_);
   counter("mnemo_recomputed_tokens_total", "History tokens recomputed because their KV was gone", recomputed_);
   counter("mnemo_swap_ins_total", "Chunks copied from host RAM into the compute tier", e.cache.swap_ins);
   counter("mnemo_swap_outs_total", "Chunks demoted out of the compute tier by copy", e.cache.swap_outs);
@@ -151,6 +153,25 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   Line(&out, "mnemo_bytes_moved_total{direction=\"out\"} %lld", static_cast<long long>(e.transfer.bytes_out));
   Line(&out, "mnemo_bytes_moved_total{direction=\"disk_write\"} %lld", static_cast<long long>(e.transfer.bytes_disk_w));
   Line(&out, "mnemo_bytes_moved_total{direction=\"disk_read\"} %lld", static_cast<long long>(e.transfer.bytes_disk_r));
+  if (e.remote_on) {  // the remote KV tier (--kv-remote): Redis, shared by the replicas
+    const RemoteStats& r = e.remote;
+    Header(&out, "mnemo_remote_kv_gets_total", "counter", "Remote KV chunks fetched, by result");
+    Line(&out, "mnemo_remote_kv_gets_total{result=\"hit\"} %lld", static_cast<long long>(r.hits));
+    Line(&out, "mnemo_remote_kv_gets_total{result=\"miss\"} %lld", static_cast<long long>(r.misses));
+    Line(&out, "mnemo_remote_kv_gets_total{result=\"rejected\"} %lld", static_cast<long long>(r.rejected));
+    Line(&out, "mnemo_remote_kv_gets_total{result=\"failed\"} %lld", static_cast<long long>(r.failed));
+    counter("mnemo_remote_kv_hits_total", "Remote KV chunks fetched and used instead of recomputed", r.hits);
+    Header(&out, "mnemo_remote_kv_puts_total", "counter", "Remote KV chunk puts, by result");
+    Line(&out, "mnemo_remote_kv_puts_total{result=\"stored\"} %lld", static_cast<long long>(r.puts));
+    Line(&out, "mnemo_remote_kv_puts_total{result=\"dropped\"} %lld", static_cast<long long>(r.puts_dropped));
+    Line(&out, "mnemo_remote_kv_puts_total{result=\"failed\"} %lld", static_cast<long long>(r.puts_failed));
+    Header(&out, "mnemo_remote_kv_bytes_total", "counter", "Remote KV value bytes, by direction");
+    Line(&out, "mnemo_remote_kv_bytes_total{direction=\"read\"} %lld", static_cast<long long>(r.bytes_read));
+    Line(&out, "mnemo_remote_kv_bytes_total{direction=\"write\"} %lld", static_cast<long long>(r.bytes_written));
+    gauge("mnemo_remote_kv_up", "1 while the remote KV tier answers (0: down, chunks are recomputed)", r.available ? 1 : 0);
+    gauge("mnemo_remote_kv_rtt_seconds", "Measured round trip to the remote KV tier", r.rtt_s);
+    gauge("mnemo_remote_kv_bytes_per_second", "Measured remote KV fetch throughput", r.bytes_per_s);
+  }
   counter("mnemo_suspensions_total", "Running turns suspended for memory", e.suspensions);
   Header(&out, "mnemo_recompute_seconds_total", "counter", "Forward time spent recomputing KV that was gone");
   Line(&out, "mnemo_recompute_seconds_total %g", e.recompute_seconds);

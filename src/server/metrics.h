@@ -62,7 +62,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (route, status) -> count
   std::map<std::string, double> request_cpu_;                  // route -> handler CPU seconds
   std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
-  std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, recomputed_{0}, fresh_{0};
+  std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, cached_remote_{0}, recomputed_{0}, fresh_{0};
   std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
   std::atomic<uint64_t> windowed_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
