@@ -321,7 +321,13 @@ TEST(Engine, TheQueueIsBoundedInLengthAndInWait) {
   EXPECT_EQ((*h1)->Wait().finish_reason, FinishReason::kLength);
   (*e)->Stats();  // a round trip: the step that ended h1 has published the queue
   EXPECT_TRUE((*e)->CheckAdmission().ok());  // drained: a turn is welcome again
-  TurnResult again = (*turn(s[1], 4))->Wait();
+  // Admitted again. With a 1 ms bound a turn that really waited longer (the engine thread not
+  // scheduled for 1 ms on a busy machine: seen at load 11 under ASan) is shed, rightly: a few tries.
+  TurnResult again;
+  for (int attempt = 0; attempt < 5 && !again.admitted; attempt++) {
+    again = (*turn(s[1], 4))->Wait();
+    if (!again.admitted) EXPECT_GT(again.queue_seconds, 0.001) << "shed without waiting";
+  }
   EXPECT_EQ(again.finish_reason, FinishReason::kLength);
   EXPECT_TRUE(again.admitted);
 }
