@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sanitizer builds for CI (after scripts/build.sh installed the packages):
-#   address: AddressSanitizer + UBSan over the model-free unit tests and the engine tests, in build-asan/;
+#   address: AddressSanitizer + UBSan over the model-free unit tests and the engine tests, in build-asan/
+#            (the library instrumented; the tests' own code not, see tests/CMakeLists.txt);
 #   thread:  ThreadSanitizer over the engine (engine thread, transfer thread, submitting threads), kv
 #            (allocator, cache manager, victim index, transfers) and thread-pool tests, in build-tsan/.
 #
