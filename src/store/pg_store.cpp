@@ -24,9 +24,10 @@ constexpr int64_t kMigrationLock = 0x6d6e656d;
 // pg_advisory_xact_lock key ("mnid"): ClaimTokenIdentity's check and write are one decision.
 constexpr int64_t kIdentityLock = 0x6d6e6964;
 
-// The schema at Store::kSchemaVersion, as SQLite's migrations leave it (types are PostgreSQL's:
+// The schema at version kBaseVersion, as SQLite's migrations leave it (types are PostgreSQL's:
 // bigint positions and ids, bytea token logs of little-endian int32, double precision seconds).
 // PostgreSQL stores start at version 2: the SQLite history's v1 -> v2 step predates them.
+constexpr int64_t kBaseVersion = 2;
 constexpr const char* kSchema = R"sql(
 CREATE TABLE mnemo_meta(
   key text PRIMARY KEY,
@@ -86,6 +87,25 @@ CREATE INDEX responses_by_session ON responses(session_id);
 CREATE INDEX responses_by_conversation ON responses(conversation_id);
 )sql";
 
+// kUpgrades[v - kBaseVersion] takes the schema from version v to v + 1 (as SQLite's migrations).
+const char* const kUpgrades[] = {
+    // v2 -> v3: request-id de-duplication (X-Mnemo-Request-Id).
+    R"sql(
+CREATE TABLE request_records(
+  owner text NOT NULL,
+  request_id text NOT NULL,
+  body_hash text NOT NULL,
+  status integer NOT NULL,
+  body text NOT NULL,
+  created_at double precision NOT NULL,
+  expires_at double precision NOT NULL,
+  PRIMARY KEY(owner, request_id)
+);
+CREATE INDEX request_records_by_expiry ON request_records(expires_at);
+)sql",
+};
+static_assert(kBaseVersion + std::size(kUpgrades) == Store::kSchemaVersion);
+
 Status Migrate(Conn& c, const std::string& where) {
   auto tx = Tx::Begin(c);
   if (!tx) return tx.error();
@@ -94,15 +114,19 @@ Status Migrate(Conn& c, const std::string& where) {
       "CREATE TABLE IF NOT EXISTS mnemo_schema_version(version integer PRIMARY KEY, applied_at double precision NOT NULL)"));
   auto v = c.QueryInt("SELECT max(version) FROM mnemo_schema_version");
   if (!v) return v.error();
-  const int64_t version = v->value_or(0);
+  int64_t version = v->value_or(0);
   if (version > Store::kSchemaVersion) {
     return MakeError("store %s has schema version %lld, newer than this build's %d", where.c_str(), LL(version),
                      Store::kSchemaVersion);
   }
   if (version == 0) {
     MNEMO_TRY(c.Script(kSchema));
-    MNEMO_TRY(c.Run("INSERT INTO mnemo_schema_version(version, applied_at) VALUES($1, $2)",
-                    {int64_t{Store::kSchemaVersion}, UnixNow()}));
+    version = kBaseVersion;
+    MNEMO_TRY(c.Run("INSERT INTO mnemo_schema_version(version, applied_at) VALUES($1, $2)", {version, UnixNow()}));
+  }
+  for (; version < Store::kSchemaVersion; ++version) {
+    MNEMO_TRY(c.Script(kUpgrades[version - kBaseVersion]));
+    MNEMO_TRY(c.Run("INSERT INTO mnemo_schema_version(version, applied_at) VALUES($1, $2)", {version + 1, UnixNow()}));
   }
   return tx->Commit();
 }
@@ -482,6 +506,8 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
   std::vector<std::string> ids;
   Status st = WriteTx([&](Conn& c) -> Status {
     const double now = UnixNow();
+    // First: a request answered already is the common reason to refuse, and costs one probe.
+    if (t.request) MNEMO_TRY(PutRequestTx(c, *t.request, now));
     if (t.create_session) MNEMO_TRY(CreateSessionTx(c, t.session_id, t.owner, now));
     if (t.expected_length) {
       auto len = LockSession(c, t.session_id);

@@ -66,6 +66,8 @@ class PgStore final : public Store {
   Result<bool> DeleteResponse(const std::string& id, const std::string& owner) override;
   Result<std::optional<ItemPage>> ListInputItems(const std::string& id, const std::string& owner,
                                                  const ListOptions& options) override;
+  Result<std::optional<StoredRequest>> GetRequest(const std::string& owner, const std::string& request_id) override;
+  Result<int64_t> ExpireRequests(double now) override;
   Result<StoredConversation> CreateConversation(StoredConversation c, std::span<const NewItem> items,
                                                 std::vector<std::string>* item_ids) override;
   Result<std::optional<StoredConversation>> GetConversation(const std::string& id,
@@ -93,6 +95,9 @@ class PgStore final : public Store {
                              std::span<const int32_t> tokens, bool complete, double now);
   static Status TruncateSessionTx(pg::Conn& c, int64_t id, int64_t n_tokens, double now);
   static Status PutResponseTx(pg::Conn& c, const StoredResponse& r);
+  // kAlreadyExists when (owner, request_id) has a live record (also when a concurrent transaction
+  // inserts it first: the primary key waits for it); an expired one is replaced.
+  static Status PutRequestTx(pg::Conn& c, const StoredRequest& r, double now);
   static Result<std::vector<std::string>> AddItemsTx(pg::Conn& c, const std::string& conversation_id,
                                                      std::span<const NewItem> items, double now);
   // The session's stored length, its row locked FOR UPDATE until the transaction ends.

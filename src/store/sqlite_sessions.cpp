@@ -305,6 +305,8 @@ Result<std::vector<std::string>> SqliteStore::CommitTurn(const TurnCommit& c) {
   auto tx = Transaction::Begin(*writer_, Transaction::Kind::kWrite);
   if (!tx) return tx.error();
   double now = UnixNow();
+  // First: a request answered already is the common reason to refuse, and costs one probe.
+  if (c.request) MNEMO_TRY(PutRequestTx(*c.request, now));
   if (c.create_session) MNEMO_TRY(CreateSessionTx(c.session_id, c.owner, now));
   if (c.expected_length) {
     auto len = SessionLength(*writer_, c.session_id);

@@ -97,6 +97,21 @@ INSERT INTO conversation_items_v2(id, conversation_id, position, item_json, crea
 DROP TABLE conversation_items;
 ALTER TABLE conversation_items_v2 RENAME TO conversation_items;
 )sql",
+    // v2 -> v3: request-id de-duplication (X-Mnemo-Request-Id): each turn's answer, by the
+    // client's request id, until it expires.
+    R"sql(
+CREATE TABLE request_records(
+  owner TEXT NOT NULL,
+  request_id TEXT NOT NULL,
+  body_hash TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  expires_at REAL NOT NULL,
+  PRIMARY KEY(owner, request_id)
+);
+CREATE INDEX request_records_by_expiry ON request_records(expires_at);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

@@ -53,6 +53,8 @@ class SqliteStore final : public Store {
   Result<bool> DeleteResponse(const std::string& id, const std::string& owner) override;
   Result<std::optional<ItemPage>> ListInputItems(const std::string& id, const std::string& owner,
                                                  const ListOptions& options) override;
+  Result<std::optional<StoredRequest>> GetRequest(const std::string& owner, const std::string& request_id) override;
+  Result<int64_t> ExpireRequests(double now) override;
   Result<StoredConversation> CreateConversation(StoredConversation c, std::span<const NewItem> items,
                                                 std::vector<std::string>* item_ids) override;
   Result<std::optional<StoredConversation>> GetConversation(const std::string& id,
@@ -80,6 +82,8 @@ class SqliteStore final : public Store {
                       bool complete, double now);
   Status TruncateSessionTx(int64_t id, int64_t n_tokens, double now);
   Status PutResponseTx(const StoredResponse& r);
+  // kAlreadyExists when (owner, request_id) has a live record; an expired one is replaced.
+  Status PutRequestTx(const StoredRequest& r, double now);
   Result<std::vector<std::string>> AddItemsTx(const std::string& conversation_id,
                                               std::span<const NewItem> items, double now);
   Result<int64_t> SessionLength(sqlite::Db& db, int64_t id);  // Error when unknown

@@ -157,6 +157,21 @@ struct ItemPage {
   bool has_more = false;  // more items follow the last one in this order
 };
 
+// ---- request-id de-duplication (X-Mnemo-Request-Id, docs/api.md) ----
+
+// What a turn's request was answered with, recorded with the turn in one transaction, so that a
+// retry of the request (same owner and request id) is answered from it instead of adding a turn.
+// Keyed by (owner, request_id): ids are scoped per owner, like every other id.
+struct StoredRequest {
+  std::string owner;       // API key hash, "" when auth is off
+  std::string request_id;  // the client's id: 1..128 printable ASCII characters
+  std::string body_hash;   // hash of what was asked (route and body): tells a retry from a reuse
+  int status = 200;        // the answer's HTTP status
+  std::string body;        // the answer's body (JSON text)
+  double created_at = 0;   // unix seconds; 0 = now
+  double expires_at = 0;   // unix seconds; from then on the record is as absent (ExpireRequests deletes it)
+};
+
 // ---- the atomic commit of a finished turn ----
 
 // What a conversation gains when a turn is committed into it.
@@ -182,6 +197,11 @@ struct TurnCommit {
   // The response object; CommitTurn fills in its session_id and end_token (= begin + tokens.size()).
   std::optional<StoredResponse> response;
   std::optional<ConversationUpdate> conversation;
+  // Recorded with the turn (request-id de-duplication): when a live record of (owner, request_id)
+  // exists already (another attempt of the same request committed first, on any replica sharing
+  // the store), the commit fails with kAlreadyExists and nothing of it is applied. An expired
+  // record of that key is replaced.
+  std::optional<StoredRequest> request;
 };
 
 class Store {
@@ -197,7 +217,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   // What the store was opened with, for logs (a PostgreSQL URL without its password).
   const std::string& path() const { return path_; }
   // True when several processes may write the store at once (PostgreSQL): session ids then come
@@ -282,6 +302,13 @@ class Store {
   // response is absent. Errors: `after` names no item of the list, malformed stored JSON.
   virtual Result<std::optional<ItemPage>> ListInputItems(const std::string& id, const std::string& owner,
                                                  const ListOptions& options) = 0;
+
+  // ---- request-id de-duplication ----
+  // The live record of (owner, request_id) (expires_at still ahead), or nullopt.
+  // Cost: one primary-key probe.
+  virtual Result<std::optional<StoredRequest>> GetRequest(const std::string& owner, const std::string& request_id) = 0;
+  // Deletes the records whose expires_at <= now; returns how many. Cost: an index range scan.
+  virtual Result<int64_t> ExpireRequests(double now) = 0;
 
   // ---- conversations ----
   // Inserts c (c.id "" gets NewId("conv_"); created_at 0 means now) with its initial items;
