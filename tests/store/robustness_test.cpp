@@ -237,8 +237,8 @@ TEST(StoreOpen, ForeignOrNewerDatabaseIsAnError) {
   EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
 }
 
-// A store written by schema version 1 (item ids unique across the store) opens at version 2 with
-// its items, which are then unique per conversation only.
+// A store written by schema version 1 (item ids unique across the store) opens at the current
+// version with its items, which are then unique per conversation only.
 TEST(StoreOpen, VersionOneItemsMigrate) {
   TempDir dir;
   const std::string path = dir.File("v1.db");
@@ -255,7 +255,8 @@ CREATE TABLE conversation_items(
   created_at REAL NOT NULL,
   UNIQUE(conversation_id, position)
 );
-DELETE FROM schema_version WHERE version = 2;
+DROP TABLE request_records;
+DELETE FROM schema_version WHERE version >= 2;
 INSERT INTO conversations(id, owner, created_at, metadata_json) VALUES('conv_a', 'alice', 1, '{}');
 INSERT INTO conversations(id, owner, created_at, metadata_json) VALUES('conv_b', 'bob', 1, '{}');
 INSERT INTO conversation_items VALUES('msg_1', 'conv_a', 0, '{"type":"message"}', 1);
