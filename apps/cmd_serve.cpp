@@ -174,6 +174,10 @@ void RegisterServe(CLI::App& app) {
                   "on SIGTERM/SIGINT, answer /ready with 503 for this long (while still serving) before "
                   "stopping, so a front's health checks take the replica out first (deploy/haproxy.cfg: 1)")
       ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--request-id-ttl-s", f->server.request_id_ttl_s,
+                  "how long a turn answered for an X-Mnemo-Request-Id is replayed to retries of that id (seconds; "
+                  "expired records are deleted in the background)")
+      ->check(CLI::Range(1.0, 30.0 * 86400));
   cmd->add_flag("--render-whole", f->render_whole,
                 "render every turn's whole conversation (no window fast path; for comparisons and tests)");
   cmd->add_option("--http-threads", f->server.http_threads,

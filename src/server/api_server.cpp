@@ -36,7 +36,8 @@ void SetRetryAfter(http::Response& res, int seconds) { res.set_header("Retry-Aft
 }  // namespace
 
 ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metrics)
-    : config_(config), service_(service), metrics_(metrics) {
+    : config_(config), service_(service), metrics_(metrics),
+      dedup_(std::make_unique<RequestDedup>(service.store(), config.request_id_ttl_s)) {
   for (const auto& k : config_.api_keys) key_hashes_.push_back(KeyOwner(k));
   http::ServerLimits limits;
   limits.workers = config_.http_threads;
@@ -99,7 +100,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     const std::string origin = CorsOrigin(req);
     if (origin.empty()) return;
     res.set_header("Access-Control-Allow-Origin", origin);
-    res.set_header("Access-Control-Expose-Headers", "X-Session-Id, X-Request-Id, Retry-After");
+    res.set_header("Access-Control-Expose-Headers", "X-Session-Id, X-Request-Id, Retry-After, X-Mnemo-Deduplicated");
     if (origin != "*") res.set_header("Vary", "Origin");
   };
   // POST bodies are taken whatever their Content-Type (`curl -d` sends form-urlencoded); the body
@@ -436,6 +437,45 @@ void ApiServer::EndStream(ChoicesRun& run, http::Reply& reply, TurnHandle& t, co
   if (!usage_chunk.is_null() && run.alive) WriteChoice(run, reply, t, http::SseData(usage_chunk));
   WriteChoice(run, reply, t, "data: [DONE]\n\n");
   reply.End();
+}
+
+std::optional<ApiServer::Ticket> ApiServer::BeginRequest(const Req& req, Res& res, const std::string& owner,
+                                                         std::string_view route) {
+  std::optional<std::string> header;
+  if (req.has_header("X-Mnemo-Request-Id")) header = req.get_header_value("X-Mnemo-Request-Id");
+  RequestDedup::Outcome o = dedup_->Begin(header, owner, route, req.body);
+  if (o.error) {
+    http::SendError(res, *o.error);
+    if (o.error->code == "request_in_progress") SetRetryAfter(res, 1);
+    return std::nullopt;
+  }
+  if (o.replay) {
+    metrics_.Deduplicated();
+    Res r = Replay(*o.replay);
+    res.status = r.status;
+    res.body = std::move(r.body);
+    for (auto& [name, value] : r.headers) res.set_header(name, std::move(value));
+    return std::nullopt;
+  }
+  return std::move(o.ticket);
+}
+
+std::optional<http::Response> ApiServer::ReplayCommitted(const Ticket& ticket) {
+  if (!ticket) return std::nullopt;
+  auto stored = dedup_->Committed(*ticket);
+  if (!stored) return std::nullopt;
+  spdlog::info("request {}: another attempt of request id '{}' committed first; answering with its answer",
+               LogRequestId(), ticket->base().request_id);
+  metrics_.Deduplicated();
+  return Replay(*stored);
+}
+
+http::Response ApiServer::Replay(const StoredRequest& r) {
+  http::Response res;
+  res.status = r.status;
+  res.set_content(r.body, "application/json");
+  res.set_header("X-Mnemo-Deduplicated", "true");
+  return res;
 }
 
 ApiServer::http_json_t ApiServer::StatusJson() const {

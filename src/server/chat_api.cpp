@@ -15,6 +15,9 @@ namespace mnemo {
 using http::Json;
 
 void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& owner) {
+  auto begun = BeginRequest(req, res, owner, "/v1/chat/completions");
+  if (!begun) return;  // answered: a retry of a request that ran, or a refused request id
+  const Ticket ticket = std::move(*begun);
   auto parsed = ParseChatCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   ChatCall& call = std::get<ChatCall>(parsed);
@@ -61,6 +64,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
   struct Choice {
     StartedTurn turn;
     std::vector<PositionLogprobs> lp;  // logprobs of tokens whose text has not gone out yet
+    std::vector<PositionLogprobs> all_lp;  // streamed with a request id: every token's (the recorded answer)
     std::optional<ToolHold> hold;      // tool calls under auto (ToolHold), across the steps of one stream
     std::optional<CallStream> calls;   // required / a named tool: the reply is calls, streamed as they come
     std::chrono::steady_clock::time_point last;
@@ -89,6 +93,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       TurnEvent ev;
       while (t.handle->TryNext(&ev)) {
         if (ev.kind == TurnEvent::kText) {
+          if (ev.logprobs && stream && ticket) c->all_lp.push_back(*ev.logprobs);
           if (ev.logprobs) c->lp.push_back(std::move(*ev.logprobs));
           if (!stream) continue;
           auto now = std::chrono::steady_clock::now();
@@ -105,38 +110,57 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
         }
         const TurnResult& r = ev.result;
         metrics_.Turn(r, t.choice);
-        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // durable before the final event
-        std::optional<ApiError> failed;
-        if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
-        if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
+        // Held across the commit: the last choice's commit records the whole answer (a request id's).
         std::lock_guard<std::mutex> lock(run->mu);
         run->left--;
         run->completion_tokens += static_cast<int64_t>(r.tokens.size());
         run->last = r;
-        if (!stream) {
-          if (failed && !run->error) run->error = failed;
-          if (!failed) {
-            const ToolReply tool = ExtractToolCalls(service_, *tools, r);
-            Json message = {{"role", "assistant"}, {"content", tool.content}};
-            std::string finish = FinishReasonName(r.finish_reason);
-            if (!tool.calls.empty()) {
-              if (tool.content.empty()) message["content"] = nullptr;
-              message["tool_calls"] = ToolCallsJson(tool.calls);
-              finish = "tool_calls";
-            }
-            run->choices[i] = {{"index", i}, {"message", std::move(message)},
-                               {"logprobs", logprobs ? http::ChatLogprobs(*tok, c->lp) : Json(nullptr)},
-                               {"finish_reason", finish}};
+        // The choice as the whole answer gives it (a stream's too, when its answer is recorded).
+        if ((!stream || ticket) && r.finish_reason != FinishReason::kError) {
+          const ToolReply tool = ExtractToolCalls(service_, *tools, r);
+          Json message = {{"role", "assistant"}, {"content", tool.content}};
+          std::string finish = FinishReasonName(r.finish_reason);
+          if (!tool.calls.empty()) {
+            if (tool.content.empty()) message["content"] = nullptr;
+            message["tool_calls"] = ToolCallsJson(tool.calls);
+            finish = "tool_calls";
           }
+          const std::vector<PositionLogprobs>& lp = stream ? c->all_lp : c->lp;
+          run->choices[i] = {{"index", i}, {"message", std::move(message)},
+                             {"logprobs", logprobs ? http::ChatLogprobs(*tok, lp) : Json(nullptr)},
+                             {"finish_reason", finish}};
+        }
+        auto whole = [&] {
+          Json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+                    {"system_fingerprint", fingerprint}, {"choices", run->choices}, {"usage", run->Usage()}};
+          if (context.applied) j["mnemo_context"] = http::ContextJson(context);
+          return j;
+        };
+        std::optional<StoredRequest> record;
+        if (ticket && run->left == 0 && !run->error && r.finish_reason != FinishReason::kError) {
+          record = ticket->Record(200, whole().dump());
+        }
+        const bool recorded = record.has_value();
+        // Durable before the final event.
+        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner, std::move(record));
+        if (ticket && run->left == 0) ticket->Release();  // a retry from now on finds the record (or runs)
+        std::optional<ApiError> failed;
+        if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
+        if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
+        if (failed && !run->error) run->error = failed;
+        if (!stream) {
           if (run->left > 0) return true;
+          if (recorded && failed) {  // another attempt of the request committed first: its answer
+            if (auto prev = ReplayCommitted(ticket)) {
+              reply->Send(std::move(*prev));
+              return true;
+            }
+          }
           if (run->error) {
             reply->Send(http::ErrorResponse(*run->error));
             return true;
           }
-          Json j = {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
-                    {"system_fingerprint", fingerprint}, {"choices", run->choices}, {"usage", run->Usage()}};
-          if (context.applied) j["mnemo_context"] = http::ContextJson(context);
-          reply->Send(http::JsonResponse(j));
+          reply->Send(http::JsonResponse(whole()));
           return true;
         }
         if (failed) {
@@ -182,6 +206,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
 }
 
 void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) {
+  auto begun = BeginRequest(req, res, owner, "/v1/completions");
+  if (!begun) return;  // answered: a retry of a request that ran, or a refused request id
+  const Ticket ticket = std::move(*begun);
   auto parsed = ParseCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   CompletionCall& call = std::get<CompletionCall>(parsed);
@@ -224,6 +251,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   struct Choice {
     StartedTurn turn;
     std::vector<PositionLogprobs> lp;  // tokens whose text has not gone out
+    std::vector<PositionLogprobs> all_lp;  // streamed with a request id: every token's (the recorded answer)
     size_t offset = 0;                 // text_offset of the next token
     bool echoed = false;               // streamed: the prompt went out
     double logprob = 0;                // cumulative logprob of the tokens generated (with best_of > n)
@@ -257,6 +285,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
         if (ev.kind == TurnEvent::kText) {
           if (ev.logprobs) {
             c->logprob += ev.logprobs->chosen.logprob;
+            if (logprobs && stream && ticket) c->all_lp.push_back(*ev.logprobs);
             if (logprobs) c->lp.push_back(std::move(*ev.logprobs));
           }
           if (stream && !ev.text.empty()) {
@@ -266,7 +295,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
         }
         const TurnResult& r = ev.result;
         metrics_.Turn(r, t.choice);
-        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner);
+        // Held across the commit: the last choice's commit records the whole answer (a request id's).
         std::lock_guard<std::mutex> lock(run->mu);
         run->left--;
         run->completion_tokens += static_cast<int64_t>(r.tokens.size());
@@ -274,30 +303,55 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
         candidates->logprob[i] = c->logprob;
         candidates->session[i] = t.session;
         if (!stream) {
-          if (auto* e = std::get_if<ApiError>(&committed); e && !run->error) run->error = *e;
-          if (r.finish_reason == FinishReason::kError && !run->error) run->error = ToApiError(r.error);
           run->choices[i] = choice(i, echo + r.text, FinishReasonName(r.finish_reason), &c->lp, &c->offset);
+        } else if (ticket) {  // the recorded answer of a stream: the choice as the whole answer gives it
+          size_t from = 0;
+          run->choices[i] = choice(i, echo + r.text, FinishReasonName(r.finish_reason), &c->all_lp, &from);
+        }
+        // The whole answer: with best_of > n, the n most likely candidates, in that order.
+        auto whole = [&] {
+          Json chosen = run->choices;
+          if (best_of > n) {
+            const std::vector<int> rank = RankCandidates(candidates->logprob);
+            chosen = Json::array();
+            for (int k = 0; k < n; k++) {
+              chosen.push_back(run->choices[rank[k]]);
+              chosen.back()["index"] = k;
+            }
+          }
+          Json j = object(std::move(chosen));
+          j["usage"] = run->Usage();
+          return j;
+        };
+        std::optional<StoredRequest> record;
+        if (ticket && run->left == 0 && !run->error && r.finish_reason != FinishReason::kError) {
+          record = ticket->Record(200, whole().dump());
+        }
+        const bool recorded = record.has_value();
+        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner, std::move(record));
+        if (ticket && run->left == 0) ticket->Release();  // a retry from now on finds the record (or runs)
+        if (auto* e = std::get_if<ApiError>(&committed); e && !run->error) run->error = *e;
+        if (r.finish_reason == FinishReason::kError && !run->error) run->error = ToApiError(r.error);
+        if (!stream) {
           if (run->left > 0) return true;
+          if (recorded && run->error) {  // another attempt of the request committed first: its answer
+            if (auto prev = ReplayCommitted(ticket)) {
+              reply->Send(std::move(*prev));
+              return true;
+            }
+          }
           if (run->error) {
             reply->Send(http::ErrorResponse(*run->error));
             return true;
           }
           if (best_of == n) {
-            Json j = object(run->choices);
-            j["usage"] = run->Usage();
-            reply->Send(http::JsonResponse(j));
+            reply->Send(http::JsonResponse(whole()));
             return true;
           }
-          // The n most likely candidates, in that order; the others' sessions are deleted (on the
-          // worker pool: that waits on the engine) before the answer goes out.
+          // The candidates not chosen: their sessions are deleted (on the worker pool: that waits
+          // on the engine) before the answer goes out.
           const std::vector<int> rank = RankCandidates(candidates->logprob);
-          Json chosen = Json::array();
-          for (int k = 0; k < n; k++) {
-            chosen.push_back(std::move(run->choices[rank[k]]));
-            chosen.back()["index"] = k;
-          }
-          Json j = object(std::move(chosen));
-          j["usage"] = run->Usage();
+          Json j = whole();
           std::vector<int64_t> dropped;
           for (int k = n; k < best_of; k++) dropped.push_back(candidates->session[rank[k]]);
           http_->Post([this, reply, owner, dropped, j = std::move(j)] {

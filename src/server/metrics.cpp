@@ -186,6 +186,8 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   counter("mnemo_context_selections_total", "Turns served with selective context", selections_);
   counter("mnemo_windowed_turns_total", "Turns rendered from a window of the conversation, not the whole history",
           windowed_);
+  counter("mnemo_deduplicated_requests_total",
+          "Turn requests answered with an earlier attempt's recorded answer (X-Mnemo-Request-Id)", deduplicated_);
   counter("mnemo_context_dropped_tokens_total", "Tokens left out by selective context", selection_dropped_);
   gauge("mnemo_queue_depth", "Turns waiting for admission", e.waiting);
   gauge("mnemo_running", "Turns in the batch", e.running);

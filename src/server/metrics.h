@@ -53,6 +53,8 @@ class Metrics {
   void ContextSelection(int64_t dropped_tokens);
   // A turn rendered from a window of its conversation (Service's fast paths), not the whole history.
   void WindowedTurn() { windowed_++; }
+  // A turn's request answered with the recorded answer of an earlier attempt (X-Mnemo-Request-Id).
+  void Deduplicated() { deduplicated_++; }
 
   // The whole exposition, engine gauges included.
   std::string Render(const EngineStats& engine, const QueueState& queue) const;
@@ -65,6 +67,7 @@ class Metrics {
   std::atomic<uint64_t> cached_t0_{0}, cached_t1_{0}, cached_t2_{0}, cached_remote_{0}, recomputed_{0}, fresh_{0};
   std::atomic<uint64_t> selections_{0}, selection_dropped_{0};
   std::atomic<uint64_t> windowed_{0};
+  std::atomic<uint64_t> deduplicated_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
   std::map<std::string, uint64_t> shed_;    // reason -> turns refused for load
   Histogram ttft_, itl_, e2e_, queue_;

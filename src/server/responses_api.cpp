@@ -99,6 +99,9 @@ ApiError StoreFailure(const Error& e) { return ToApiError(e, "store: "); }
 }  // namespace
 
 void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owner) {
+  auto begun = BeginRequest(req, res, owner, "/v1/responses");
+  if (!begun) return;  // answered: a retry of a request that ran, or a refused request id
+  const Ticket ticket = std::move(*begun);
   Store* store = service_.store();
   // An output item's id names its response (msg_<r> is in resp_<r>, see msg_id below): a reference
   // to it is one primary-key lookup, owner-checked, whatever the number of stored responses.
@@ -269,14 +272,20 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   auto lps = std::make_shared<std::vector<PositionLogprobs>>();
   const Tokenizer* tok = &service_.tokenizer();
 
-  // Finishes the response: commits the turn, the response row and conversation items at once.
+  // Another attempt of this request (X-Mnemo-Request-Id) committed first: its answer, sent instead
+  // (not streamed: a stream already told its own ids).
+  auto replayed = std::make_shared<std::optional<http::Response>>();
+  // Finishes the response: commits the turn, the response row, conversation items and the
+  // request's record (its answer: the response object) at once.
   // given: the reply as a stream already split it into content and calls (else parsed from r).
-  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools, logprobs, lps, tok](const TurnResult& r,
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools, logprobs, lps, tok, ticket,
+                 replayed, stream](const TurnResult& r,
                                                                                     std::optional<ToolReply> given = std::nullopt) mutable
       -> std::variant<Json, ApiError> {
     metrics_.Turn(r);
     if (r.finish_reason == FinishReason::kError) {
       service_.Commit(t, r, std::nullopt, std::nullopt, owner);  // discards the turn, frees its session
+      if (ticket) ticket->Release();  // nothing recorded: a retry runs
       return ToApiError(r.error);
     }
     sr.status = r.finish_reason == FinishReason::kLength ? "incomplete" : "completed";
@@ -298,8 +307,6 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       for (const auto& it : input_items) cu->items.push_back(NewItem{it["id"], it.dump()});
       for (const auto& it : output) cu->items.push_back(NewItem{it["id"], it.dump()});
     }
-    auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner);
-    if (auto* e = std::get_if<ApiError>(&c)) return *e;
     Json obj = ResponseObject(sr, Json::parse(sr.request_json), output, usage);
     if (logprobs) {
       for (Json& item : obj["output"]) {
@@ -307,6 +314,14 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       }
     }
     if (t.context.applied) obj["mnemo_context"] = http::ContextJson(t.context);
+    std::optional<StoredRequest> record;
+    if (ticket) record = ticket->Record(200, obj.dump());
+    auto c = service_.Commit(t, r, std::move(row), std::move(cu), owner, std::move(record));
+    if (ticket) ticket->Release();  // a retry from now on finds the record (or runs)
+    if (auto* e = std::get_if<ApiError>(&c)) {
+      if (!stream) *replayed = ReplayCommitted(ticket);
+      return *e;
+    }
     return obj;
   };
 
@@ -320,7 +335,9 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
           continue;
         }
         auto out = finish(ev.result);
-        if (auto* e = std::get_if<ApiError>(&out)) {
+        if (*replayed) {
+          reply->Send(std::move(**replayed));
+        } else if (auto* e = std::get_if<ApiError>(&out)) {
           reply->Send(http::ErrorResponse(*e));
         } else {
           reply->Send(http::JsonResponse(std::get<Json>(out)));

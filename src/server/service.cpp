@@ -422,7 +422,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
 ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const TurnResult& r,
                                                     std::optional<StoredResponse> response,
                                                     std::optional<ConversationUpdate> conversation,
-                                                    const std::string& owner) {
+                                                    const std::string& owner, std::optional<StoredRequest> request) {
   const bool keep = Completed(r.finish_reason);
   std::vector<std::string> item_ids;
   std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
@@ -466,13 +466,19 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
       c.complete = true;
       c.response = std::move(response);
       c.conversation = std::move(conversation);
+      const bool recorded = request.has_value();
+      c.request = std::move(request);
       auto ids = store_->CommitTurn(c);
       if (!ids.ok()) {
         // The engine's log now holds a turn the store does not (and after a lost compare-and-set,
         // the store holds turns this copy lacks): forget the local copy, so the next turn of the
         // conversation rebuilds it from the stored text instead of appending to a diverged log.
-        spdlog::error("session {}: storing a turn failed ({}): {}; dropping the local copy", t.session,
-                      StatusCodeName(ids.error().code), ids.error().message);
+        if (recorded && ids.error().code == StatusCode::kAlreadyExists) {
+          spdlog::info("session {}: not storing a turn: {}; dropping the local copy", t.session, ids.error().message);
+        } else {
+          spdlog::error("session {}: storing a turn failed ({}): {}; dropping the local copy", t.session,
+                        StatusCodeName(ids.error().code), ids.error().message);
+        }
         {
           std::lock_guard<std::mutex> lock(mu_);
           ForgetLocked(t.session);

@@ -227,11 +227,14 @@ class Service : public ServedModel {
   ApiResult<std::vector<StartedTurn>> StartChoices(const StartedTurn& prefill, const TurnRequest& request, int n,
                                                    const std::string& owner);
   // After the turn's kDone: commits a finished turn (and the optional response / conversation
-  // update) durably, or forgets a cancelled one. Returns the conversation item ids added.
+  // update, and the request's de-duplication record) durably, or forgets a cancelled one. Returns
+  // the conversation item ids added. With `request`, a record of the same owner and request id
+  // committed first makes the commit fail (409 already_exists) with nothing stored.
   ApiResult<std::vector<std::string>> Commit(const StartedTurn& t, const TurnResult& r,
                                              std::optional<StoredResponse> response,
                                              std::optional<ConversationUpdate> conversation,
-                                             const std::string& owner);
+                                             const std::string& owner,
+                                             std::optional<StoredRequest> request = std::nullopt);
 
   struct SessionView {
     int64_t id;

@@ -162,6 +162,28 @@ TEST_F(Replicas, ConversationStartedOnOneContinuesOnTheOther) {
   }
 }
 
+// A turn retried on the other replica (as HAProxy redispatches it when the first replica died after
+// its commit) is answered from the store, from the record the first replica committed with it.
+TEST_F(Replicas, RequestIdRetriedOnTheOtherReplicaIsAnsweredFromTheStore) {
+  Replica a(db_);
+  Replica b(db_);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  ASSERT_GT(b.proc.port(), 0) << b.proc.log();
+  Json conv = a.Post("/v1/conversations", Json::object());
+  ASSERT_TRUE(conv.is_object());
+  Json turn = Turn("Tell me a story about a dog.");
+  turn["conversation"] = conv["id"];
+  const httplib::Headers h = {{"X-Mnemo-Request-Id", "front-retry-1"}};
+  auto first = a.c.Post("/v1/responses", h, turn.dump(), "application/json");
+  ASSERT_TRUE(first && first->status == 200) << (first ? first->body : "no response");
+  auto retry = b.c.Post("/v1/responses", h, turn.dump(), "application/json");
+  ASSERT_TRUE(retry && retry->status == 200) << (retry ? retry->body : "no response");
+  EXPECT_EQ(retry->get_header_value("X-Mnemo-Deduplicated"), "true");
+  EXPECT_EQ(Json::parse(retry->body), Json::parse(first->body));
+  Json items = b.Get("/v1/conversations/" + conv["id"].get<std::string>() + "/items");
+  EXPECT_EQ(items["data"].size(), 2u) << items.dump();
+}
+
 // A single integer from the database (the test reads the store from outside).
 int64_t PgInt(const std::string& url, const std::string& sql) {
   PGconn* c = PQconnectdb(url.c_str());
