@@ -4,24 +4,21 @@
 
 namespace mnemo {
 
-BlockAllocator::BlockAllocator(int32_t n_blocks)
-    : next_(n_blocks), prev_(n_blocks), free_(n_blocks, 1), n_free_(n_blocks) {
-  for (int32_t i = 0; i < n_blocks; i++) {
-    next_[i] = i + 1 < n_blocks ? i + 1 : kNil;
-    prev_[i] = i - 1;
-  }
+BlockAllocator::BlockAllocator(int32_t n_blocks) : links_(n_blocks), n_free_(n_blocks) {
+  for (int32_t i = 0; i < n_blocks; i++) links_[i] = Link{i + 1 < n_blocks ? i + 1 : kNil, i - 1};
   head_ = n_blocks > 0 ? 0 : kNil;
   tail_ = n_blocks > 0 ? n_blocks - 1 : kNil;
 }
 
 bool BlockAllocator::IsFree(int32_t id) const {
-  return id >= 0 && id < capacity() && free_[id];
+  return id >= 0 && id < capacity() && links_[id].prev != kTaken;
 }
 
 void BlockAllocator::Unlink(int32_t id) {
-  if (prev_[id] != kNil) next_[prev_[id]] = next_[id]; else head_ = next_[id];
-  if (next_[id] != kNil) prev_[next_[id]] = prev_[id]; else tail_ = prev_[id];
-  free_[id] = 0;
+  Link& l = links_[id];
+  if (l.prev != kNil) links_[l.prev].next = l.next; else head_ = l.next;
+  if (l.next != kNil) links_[l.next].prev = l.prev; else tail_ = l.prev;
+  l.prev = kTaken;
   n_free_--;
 }
 
@@ -39,12 +36,10 @@ bool BlockAllocator::Take(int32_t id) {
 }
 
 void BlockAllocator::Free(int32_t id) {
-  MNEMO_CHECK(id >= 0 && id < capacity() && !free_[id]);
-  prev_[id] = tail_;
-  next_[id] = kNil;
-  if (tail_ != kNil) next_[tail_] = id; else head_ = id;
+  MNEMO_CHECK(id >= 0 && id < capacity() && links_[id].prev == kTaken);
+  links_[id] = Link{kNil, tail_};
+  if (tail_ != kNil) links_[tail_].next = id; else head_ = id;
   tail_ = id;
-  free_[id] = 1;
   n_free_++;
 }
 

@@ -101,9 +101,8 @@ bool CacheManager::StateFits(int32_t id) const {
   const bool has_block = c.tier != Tier::kNone && c.block >= 0 && c.block < capacity(c.tier);
   const InFlight* f = nullptr;
   if (c.op != 0) {
-    auto it = in_flight_.find(c.op);
-    if (it == in_flight_.end() || it->second.rec != id) return false;
-    f = &it->second;
+    f = in_flight_.Find(c.op);
+    if (f == nullptr || f->rec != id) return false;
   }
   // A move reads its own record's block: down (a larger tier number) or up.
   const bool move = f && f->copy_of < 0 && !f->fill && f->op.src == c.tier && f->op.src_block == c.block;
@@ -308,23 +307,24 @@ bool CacheManager::HoldsT0(SessionId s, const std::vector<int32_t>& table) const
     const ChunkRec& c = recs_[it->second.chunks[i]];
     if (c.pins <= 0) return false;
     if (c.tier == Tier::kT0 && c.block == table[i]) continue;
-    auto op = c.op ? in_flight_.find(c.op) : in_flight_.end();
-    if (op == in_flight_.end() || op->second.op.dst != Tier::kT0 || op->second.op.dst_block != table[i]) return false;
+    const InFlight* f = c.op ? in_flight_.Find(c.op) : nullptr;
+    if (f == nullptr || f->op.dst != Tier::kT0 || f->op.dst_block != table[i]) return false;
   }
   return true;
 }
 
 uint64_t CacheManager::StartOp(int32_t rec, Tier dst, int32_t dst_block, bool queue) {
   ChunkRec& c = recs_[rec];
+  auto [id, f] = in_flight_.Emplace();
   TransferOp op;
-  op.id = next_op_++;
+  op.id = id;
   op.src = c.tier;
   op.src_block = c.block;
   op.dst = dst;
   op.dst_block = dst_block;
   NameOwner(op, rec);
   c.op = op.id;
-  in_flight_[op.id] = InFlight{op, rec};
+  *f = InFlight{op, rec};
   CountOp(op);
   if (queue) queued_.push_back(op);
   Transition(rec, dst > op.src ? ChunkState::kDemoting : ChunkState::kLoading);
@@ -394,14 +394,15 @@ std::optional<TransferOp> CacheManager::CopyChunk(int32_t from, int32_t to, Sess
       stats_.cow_copies++;
       if (revive && recs_[from].state == ChunkState::kDemoting) Transition(from, ChunkState::kRevived);
       recs_[from].readers++;
-      TransferOp op{next_op_++, src, recs_[from].block, dst, b, owner, chunk};
+      auto [id, f] = in_flight_.Emplace();
+      TransferOp op{id, src, recs_[from].block, dst, b, owner, chunk};
       if (src == Tier::kT2) NameOwner(op, from);  // the slot's header names from's owner
       if (dst == Tier::kT2) {
         recs_[to].disk_session = owner;
         recs_[to].disk_chunk = chunk;
       }
       recs_[to].op = op.id;
-      in_flight_[op.id] = InFlight{op, to, from};
+      *f = InFlight{op, to, from};
       CountOp(op);
       queued_.push_back(op);
       Sync(from);
@@ -466,7 +467,7 @@ CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) cons
   for (int32_t id : S.chunks) {
     const ChunkRec& c = recs_[id];
     r.already_pinned += c.pins > 0;
-    const InFlight* f = c.op != 0 ? &in_flight_.at(c.op) : nullptr;
+    const InFlight* f = c.op != 0 ? &in_flight_.At(c.op) : nullptr;
     // A chunk loading into T0 has its block reserved already; anything else not in T0 needs one.
     if (c.tier != Tier::kT0 && !(f && f->op.dst == Tier::kT0)) r.need_blocks++;
     if (c.readers > 0) r.wait = true;  // a copy reads it (e.g. for a fork): let it land first
@@ -493,19 +494,19 @@ void CacheManager::StartLoads(SessionRec& S, double now) {
 
 int CacheManager::PendingDemotions() const {
   int n = 0;
-  for (const auto& [id, f] : in_flight_) {
+  in_flight_.ForEach([&](uint64_t, const InFlight& f) {
     const ChunkRec& c = recs_[f.rec];
     n += c.state == ChunkState::kDemoting && c.tier == Tier::kT0 && c.pins == 0;
-  }
+  });
   return n;
 }
 
 std::vector<uint64_t> CacheManager::T0FreeingOps() const {
   std::vector<uint64_t> ops;
-  for (const auto& [id, f] : in_flight_) {
+  in_flight_.ForEach([&](uint64_t id, const InFlight& f) {
     const ChunkRec& c = recs_[f.rec];
     if (c.state == ChunkState::kDemoting && c.tier == Tier::kT0 && c.pins == 0) ops.push_back(id);
-  }
+  });
   std::sort(ops.begin(), ops.end());
   return ops;
 }
@@ -559,7 +560,7 @@ Admission CacheManager::Acquire(SessionId s, int n_tokens, double now, Acquired*
         int32_t b = t0_.Allocate();
         MNEMO_CHECK(b >= 0);
         uint64_t op = StartOp(id, Tier::kT0, b, false);
-        out->swap_ins.push_back(in_flight_.at(op).op);
+        out->swap_ins.push_back(in_flight_.At(op).op);
         out->block_table[i] = b;
         CountHit(c, 1, valid, out);
         break;
@@ -704,7 +705,7 @@ void CacheManager::Maintain(int32_t free_target, double now) {
   if (config_.t1_blocks > 0 && config_.t2_blocks > 0) {
     const int t1_target = std::max(1, config_.t1_blocks / 16);
     int spilling = 0;
-    for (const auto& [id, f] : in_flight_) spilling += f.op.src == Tier::kT1 && f.op.dst == Tier::kT2;
+    in_flight_.ForEach([&](uint64_t, const InFlight& f) { spilling += f.op.src == Tier::kT1 && f.op.dst == Tier::kT2; });
     for (int n = t1_target - t1_.num_free() - spilling; n > 0; n--) {
       const int32_t id = PickVictim(Tier::kT1, now);
       if (id < 0) break;
@@ -725,13 +726,12 @@ std::vector<TransferOp> CacheManager::TakeTransfers() {
 }
 
 void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
-  auto it = in_flight_.find(op_id);
-  MNEMO_CHECK(it != in_flight_.end());
-  const TransferOp op = it->second.op;
-  const int32_t id = it->second.rec;
-  const int32_t copy_of = it->second.copy_of;
-  const bool fill = it->second.fill;
-  in_flight_.erase(it);
+  const InFlight& f = in_flight_.At(op_id);
+  const TransferOp op = f.op;
+  const int32_t id = f.rec;
+  const int32_t copy_of = f.copy_of;
+  const bool fill = f.fill;
+  in_flight_.Erase(op_id);
   ChunkRec& c = recs_[id];
   c.op = 0;
   if (fill) {  // data from outside the tiers landed in the block reserved for it, or did not
@@ -822,9 +822,10 @@ std::vector<TransferOp> CacheManager::PlanFills(SessionId s, const std::vector<i
       b = AllocateIn(Tier::kT1, now);
     }
     if (b < 0) break;  // no room now: the rest are recomputed
-    TransferOp op{next_op_++, Tier::kNone, -1, dst, b, s, c};
+    auto [op_id, f] = in_flight_.Emplace();
+    TransferOp op{op_id, Tier::kNone, -1, dst, b, s, c};
     r.op = op.id;
-    in_flight_[op.id] = InFlight{op, id, -1, /*fill=*/true};
+    *f = InFlight{op, id, -1, /*fill=*/true};
     Transition(id, ChunkState::kCopyTarget);
     ops.push_back(op);
   }
@@ -870,7 +871,8 @@ std::optional<std::pair<double, double>> CacheManager::NextVictimKey(Tier t, dou
 
 std::optional<std::pair<double, double>> CacheManager::ScanVictimKey(Tier t, double now) const {
   std::optional<std::pair<double, double>> best;
-  for (const ChunkRec& c : recs_) {
+  for (size_t id = 0; id < recs_.size(); id++) {
+    const ChunkRec& c = recs_[id];
     if (!Evictable(c) || c.tier != t) continue;
     const EvictionCandidate e{c.begin / kBlockTokens, c.begin, std::max(c.length, 1), now - c.last_active,
                               c.last_active};
@@ -932,21 +934,23 @@ bool CacheManager::CheckInvariants() const {
     }
   }
   std::vector<int> readers(recs_.size(), 0);
-  for (const auto& [opid, f] : in_flight_) {
+  bool ops_ok = true;
+  in_flight_.ForEach([&](uint64_t opid, const InFlight& f) {
     owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
     const ChunkRec& c = recs_[f.rec];
-    if (c.op != opid) return false;
+    if (c.op != opid || f.op.id != opid) ops_ok = false;
     if (f.copy_of >= 0) {  // a copy fills an empty record from a source that stays put
       const ChunkRec& from = recs_[f.copy_of];
       readers[f.copy_of]++;
-      if (c.tier != Tier::kNone || from.tier != f.op.src || from.block != f.op.src_block) return false;
-      if (from.state != ChunkState::kResident && from.state != ChunkState::kRevived) return false;
+      if (c.tier != Tier::kNone || from.tier != f.op.src || from.block != f.op.src_block) ops_ok = false;
+      if (from.state != ChunkState::kResident && from.state != ChunkState::kRevived) ops_ok = false;
     } else if (f.fill) {  // a fill: no source block, the record has no data until it lands
-      if (c.tier != Tier::kNone || f.op.src != Tier::kNone || c.state != ChunkState::kCopyTarget) return false;
+      if (c.tier != Tier::kNone || f.op.src != Tier::kNone || c.state != ChunkState::kCopyTarget) ops_ok = false;
     } else if (c.tier != f.op.src || c.block != f.op.src_block) {  // a move reads its record's block
-      return false;
+      ops_ok = false;
     }
-  }
+  });
+  if (!ops_ok) return false;
   for (size_t id = 0; id < recs_.size(); id++) {
     if (readers[id] != recs_[id].readers) return false;
   }

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -23,6 +22,8 @@
 #include "kv/block_allocator.h"
 #include "kv/chunk_state.h"
 #include "kv/eviction.h"
+#include "kv/paged_vector.h"
+#include "kv/slot_map.h"
 #include "kv/victim_index.h"
 
 namespace mnemo {
@@ -333,17 +334,16 @@ class CacheManager {
   std::unique_ptr<EvictionPolicy> policy_;
   int32_t reserve_blocks_;
   BlockAllocator t0_, t1_, t2_;
-  // [records] by id. A deque: growing it never moves the records (a vector's doubling copied
-  // ~20 MB at 262k records, a multi-millisecond stall inside one admission).
-  std::deque<ChunkRec> recs_;
+  // [records] by id. Paged: growing it never moves the records (a vector's doubling copied ~20 MB
+  // at 262k records, a multi-millisecond stall inside one admission).
+  PagedVector<ChunkRec> recs_;
   VictimIndex index_;  // the evictable records of each tier, for PickVictim
   int pinned_ = 0;  // held records with pins > 0 (all in T0 or landing there)
   std::vector<int32_t> free_recs_;
   std::unordered_map<SessionId, SessionRec> sessions_;
-  std::unordered_map<uint64_t, InFlight> in_flight_;
+  SlotMap<InFlight> in_flight_;  // by op id (the map mints the ids)
   std::vector<TransferOp> queued_;
   Want want_;
-  uint64_t next_op_ = 1;
   double clock_ = 0;  // latest `now` seen (for verbs called without one)
   CacheStats stats_;
   int64_t transitions_[kChunkStates][kChunkStates] = {};  // [from][to] edges taken

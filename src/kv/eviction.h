@@ -53,6 +53,10 @@ class EvictionPolicy {
   // cost-aware policy at once: the cache manager re-files them all (CacheManager::SetCostModel).
   // The engine calls it rarely (when the calibrated b/a moves by 25%). Default: costs are ignored.
   virtual void SetCostModel(const CostModel&) {}
+  // Which Value this is, so that a hot loop can call it inline (VictimIndex::Pick) instead of
+  // through the vtable; kOther: only through Value.
+  enum class Kind { kPensieve, kLru, kOther };
+  virtual Kind kind() const { return Kind::kOther; }
 };
 
 // Pensieve: retention value V = Cost(s, l) / T_idle, lowest first, so leading chunks (cheap to
@@ -63,8 +67,15 @@ class PensievePolicy : public EvictionPolicy {
   explicit PensievePolicy(CostModel cost) : cost_(cost) {}
   const char* name() const override { return "pensieve"; }
   double Weight(int chunk_index, int begin) const override;
-  double Value(double weight, double idle_s, double last_active) const override;
+  double Value(double weight, double idle_s, double) const override { return ValueOf(weight, idle_s); }
   void SetCostModel(const CostModel& cost) override { cost_ = cost; }
+  Kind kind() const override { return Kind::kPensieve; }
+  static double ValueOf(double weight, double idle_s) {
+    // A session touched this instant still gets a finite value. The floor is far below the gaps
+    // between engine events (a 1 ms floor made every session released within the last millisecond
+    // tie, and the tie went to whichever record came first, e.g. a chunk just shared by a fork).
+    return weight / (idle_s < 1e-6 ? 1e-6 : idle_s);  // std::max(idle_s, 1e-6)
+  }
   const CostModel& cost_model() const { return cost_; }
 
  private:
@@ -77,7 +88,9 @@ class LruPolicy : public EvictionPolicy {
  public:
   const char* name() const override { return "lru"; }
   double Weight(int chunk_index, int) const override { return -double(chunk_index); }
-  double Value(double, double, double last_active) const override { return last_active; }
+  double Value(double, double, double last_active) const override { return ValueOf(last_active); }
+  Kind kind() const override { return Kind::kLru; }
+  static double ValueOf(double last_active) { return last_active; }
 };
 
 // "pensieve" or "lru".

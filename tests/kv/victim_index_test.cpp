@@ -131,7 +131,9 @@ TEST(VictimIndex, DeepHeapsAndFarMovingFrontsKeepPickExact) {
             filed.erase(std::find(filed.begin(), filed.end(), pick));
           }
         }
-        if (step % 500 == 0) ASSERT_TRUE(x.Check()) << name << " seed " << seed << " step " << step;
+        if (step % 500 == 0) {
+          ASSERT_TRUE(x.Check()) << name << " seed " << seed << " step " << step;
+        }
       }
       ASSERT_TRUE(x.Check());
       EXPECT_EQ(x.size(0) + x.size(1) + x.size(2), filed.size());

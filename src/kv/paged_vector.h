@@ -1,0 +1,40 @@
+// A growable array whose elements never move: pages of 256 elements, found with one shift and a
+// mask. Small pages spread the cost of growth (a 4,096-record page, 420 KB zeroed and faulted in at
+// once, was every 64th admission of bench cache and doubled its p99); at 262k records the page
+// table is 8 KB and stays in cache. For the cache manager's chunk records, which were a std::deque (stable, but 4 records of
+// ~100 bytes per 512-byte deque block: at 262k records a 512 KB block map whose lookups were a
+// second cache miss on every record touched by an eviction; docs/benchmarks.md §7f).
+//
+// Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace mnemo {
+
+template <typename T>
+class PagedVector {
+ public:
+  static constexpr int kPageBits = 8;
+
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return pages_[i >> kPageBits][i & kMask]; }
+  const T& operator[](size_t i) const { return pages_[i >> kPageBits][i & kMask]; }
+  // Appends a default T and returns it.
+  T& emplace_back() {
+    if ((size_ >> kPageBits) == pages_.size()) pages_.push_back(std::make_unique<T[]>(kPage));
+    T& t = (*this)[size_++];
+    t = T{};
+    return t;
+  }
+
+ private:
+  static constexpr size_t kPage = size_t{1} << kPageBits;
+  static constexpr size_t kMask = kPage - 1;
+  std::vector<std::unique_ptr<T[]>> pages_;
+  size_t size_ = 0;
+};
+
+}  // namespace mnemo
