@@ -1,6 +1,5 @@
 #include "server/api_server.h"
 
-#include <openssl/evp.h>
 #include <strings.h>
 #include <time.h>
 
@@ -16,18 +15,7 @@ namespace mnemo {
 
 using http::Json;
 
-std::string KeyOwner(const std::string& key) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(key.data(), key.size(), md, &n, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; i++) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
+std::string KeyOwner(const std::string& key) { return http::Sha256Hex({key}); }
 
 namespace {
 

@@ -1,5 +1,7 @@
 #include "server/http_util.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -77,6 +79,23 @@ bool SaneRequestId(std::string_view id) {
 }
 
 std::string NewRequestId() { return NewId("req_"); }
+
+std::string Sha256Hex(std::initializer_list<std::string_view> parts) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  for (std::string_view p : parts) EVP_DigestUpdate(ctx, p.data(), p.size());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; i++) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
 
 ApiError InternalError(const std::string& context, std::exception_ptr ep) {
   std::string what = "an exception of unknown type";

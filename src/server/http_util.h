@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,10 @@ ApiError InternalError(const std::string& context, std::exception_ptr ep);
 // bytes that could forge log lines) is replaced by a generated "req_" + 128 random bits.
 bool SaneRequestId(std::string_view id);
 std::string NewRequestId();
+
+// Lower-case hex of the SHA-256 of the parts, hashed one after another (API key owners, request
+// bodies for de-duplication).
+std::string Sha256Hex(std::initializer_list<std::string_view> parts);
 
 // The deepest nesting of arrays and objects a request body may have. Real requests stay far below
 // it (a message with content parts is 4 levels deep, a metadata object 2). Parsing is iterative,

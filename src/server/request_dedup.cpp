@@ -1,11 +1,10 @@
 #include "server/request_dedup.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <chrono>
 
 #include "base/log.h"
+#include "server/http_util.h"
 
 namespace mnemo {
 
@@ -18,24 +17,7 @@ struct RequestDedup::Inflight {
 namespace {
 
 // Hex SHA-256 of route, a newline and body.
-std::string BodyHash(std::string_view route, std::string_view body) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  EVP_DigestUpdate(ctx, route.data(), route.size());
-  EVP_DigestUpdate(ctx, "\n", 1);
-  EVP_DigestUpdate(ctx, body.data(), body.size());
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx, md, &n);
-  EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; i++) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
+std::string BodyHash(std::string_view route, std::string_view body) { return http::Sha256Hex({route, "\n", body}); }
 
 ApiError Reused() {
   return ApiError{422, "invalid_request_error",
