@@ -448,6 +448,24 @@ std::optional<ApiServer::Ticket> ApiServer::BeginRequest(const Req& req, Res& re
   return std::move(o.ticket);
 }
 
+std::optional<ApiError> ApiServer::CommitChoice(ChoicesRun& run, const Ticket& ticket, const StartedTurn& t,
+                                                const TurnResult& r, const std::string& owner,
+                                                const std::function<http_json_t()>& answer, bool* recorded) {
+  const bool last = run.left == 0;
+  std::optional<StoredRequest> record;
+  if (ticket && last && !run.error && r.finish_reason != FinishReason::kError) {
+    record = ticket->Record(200, answer().dump());
+  }
+  *recorded = record.has_value();
+  auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner, std::move(record));
+  if (ticket && last) ticket->Release();  // a retry from now on finds the record (or runs)
+  std::optional<ApiError> failed;
+  if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
+  if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
+  if (failed && !run.error) run.error = failed;
+  return failed;
+}
+
 std::optional<http::Response> ApiServer::ReplayCommitted(const Ticket& ticket) {
   if (!ticket) return std::nullopt;
   auto stored = dedup_->Committed(*ticket);

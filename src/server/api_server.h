@@ -133,6 +133,12 @@ class ApiServer {
   // After a turn's commit carrying ticket's record failed: the answer another attempt of the same
   // request committed first (another replica won the race), when there is one.
   std::optional<http::Response> ReplayCommitted(const Ticket& ticket);
+  // A choice's turn committed, under run.mu: the request's last choice, when nothing failed, carries
+  // ticket's record of `answer` (*recorded says so) and releases the ticket. Returns this turn's
+  // failure (the turn's error, else the commit's), which also becomes run.error when that is unset.
+  std::optional<ApiError> CommitChoice(ChoicesRun& run, const Ticket& ticket, const StartedTurn& t,
+                                       const TurnResult& r, const std::string& owner,
+                                       const std::function<http_json_t()>& answer, bool* recorded);
   static http::Response Replay(const StoredRequest& r);
   // The queue and the server's state (/health, /ready).
   http_json_t StatusJson() const;

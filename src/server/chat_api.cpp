@@ -136,18 +136,9 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
           if (context.applied) j["mnemo_context"] = http::ContextJson(context);
           return j;
         };
-        std::optional<StoredRequest> record;
-        if (ticket && run->left == 0 && !run->error && r.finish_reason != FinishReason::kError) {
-          record = ticket->Record(200, whole().dump());
-        }
-        const bool recorded = record.has_value();
+        bool recorded = false;
         // Durable before the final event.
-        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner, std::move(record));
-        if (ticket && run->left == 0) ticket->Release();  // a retry from now on finds the record (or runs)
-        std::optional<ApiError> failed;
-        if (auto* e = std::get_if<ApiError>(&committed)) failed = *e;
-        if (r.finish_reason == FinishReason::kError) failed = ToApiError(r.error);
-        if (failed && !run->error) run->error = failed;
+        const std::optional<ApiError> failed = CommitChoice(*run, ticket, t, r, owner, whole, &recorded);
         if (!stream) {
           if (run->left > 0) return true;
           if (recorded && failed) {  // another attempt of the request committed first: its answer
@@ -323,15 +314,8 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
           j["usage"] = run->Usage();
           return j;
         };
-        std::optional<StoredRequest> record;
-        if (ticket && run->left == 0 && !run->error && r.finish_reason != FinishReason::kError) {
-          record = ticket->Record(200, whole().dump());
-        }
-        const bool recorded = record.has_value();
-        auto committed = service_.Commit(t, r, std::nullopt, std::nullopt, owner, std::move(record));
-        if (ticket && run->left == 0) ticket->Release();  // a retry from now on finds the record (or runs)
-        if (auto* e = std::get_if<ApiError>(&committed); e && !run->error) run->error = *e;
-        if (r.finish_reason == FinishReason::kError && !run->error) run->error = ToApiError(r.error);
+        bool recorded = false;
+        CommitChoice(*run, ticket, t, r, owner, whole, &recorded);
         if (!stream) {
           if (run->left > 0) return true;
           if (recorded && run->error) {  // another attempt of the request committed first: its answer
