@@ -260,9 +260,12 @@ class Engine {
   const std::vector<int32_t>* KvTokens(SessionId s) const;
   // The remote tier (remote_tier.h; engine/remote_fetch.h): fills planned for the chunks waiting
   // turns would recompute, when fetching them pays; puts named for the full chunks ops copy out of
-  // T0 (or spill to disk); at shutdown, what rests in T0 and T1 is offered too.
+  // T0 (or spill to disk); write-behind, when a turn ends, of its session's full chunks not put
+  // yet (PutFinishedChunks: the transfer thread copies them into the put queue); at shutdown,
+  // what rests in T0 and T1 is offered too.
   void PlanRemoteFetches(double now);
   std::vector<std::optional<RemoteChunkId>> RemotePuts(const std::vector<TransferOp>& ops) const;
+  void PutFinishedChunks(const Session& s);
   void FlushToRemote();
   // Compositions (compose.cpp). AdvanceCompositions moves the oldest ones on without blocking;
   // AdvanceComposition returns true when c has ended (its result is set).

@@ -43,8 +43,13 @@ class Engine::Copies final : public CopyWaiter {
 void Engine::PollTransfers() {
   for (const auto& [id, ok] : transfer_->TakeCompleted()) {
     // The cache manager falls back (a failed demotion keeps or drops the chunk, a failed swap-in
-    // recomputes it): no client sees this, so say it here.
-    if (!ok) spdlog::warn("KV transfer {} failed; the chunk falls back to its other copy or to recomputation", id);
+    // recomputes it): no client sees this, so say it here. A copy out that was not taken is a put
+    // dropped by a full queue (counted in the remote tier's metrics; retried after a later turn).
+    if (!ok && cache_->IsCopyOut(id)) {
+      spdlog::debug("KV copy out {} not taken (the remote tier's put queue is full)", id);
+    } else if (!ok) {
+      spdlog::warn("KV transfer {} failed; the chunk falls back to its other copy or to recomputation", id);
+    }
     cache_->OnTransferDone(id, ok);
   }
   if (remote_) {
@@ -165,6 +170,24 @@ void Engine::PlanRemoteFetches(double now) {
   }
 }
 
+void Engine::PutFinishedChunks(const Session& s) {
+  if (!remote_ || !config_.cache || !s.shares_kv || !remote_->available() || !cache_->HasSession(s.id) ||
+      cache_->acquired(s.id)) {
+    return;
+  }
+  // The turn's KV is final: its full chunks go out now, not when they leave T0 (which a replica
+  // killed with kill -9 never gets to). The engine thread only plans (O(chunks)) and hashes the
+  // tokens; the transfer thread copies each block into the put queue, the remote tier's worker
+  // sends it. Chunks already copied out are skipped, so a turn costs only its new chunks.
+  const int end = std::min(cache_->kv_tokens(s.id), static_cast<int>(s.tokens.size())) / kBlockTokens * kBlockTokens;
+  const std::vector<TransferOp> ops = cache_->PlanCopiesOut(s.id, end);
+  if (ops.empty()) return;
+  const std::vector<RemoteChunkId> ids = RemoteChunksOf(s.tokens, end / kBlockTokens);
+  std::vector<std::optional<RemoteChunkId>> puts;
+  for (const TransferOp& op : ops) puts.push_back(ids[op.chunk]);
+  transfer_->Submit(ops, {}, puts);
+}
+
 void Engine::FlushToRemote() {
   if (!remote_ || !config_.cache) return;
   // Shutdown: nothing else runs, so T0 and T1 blocks can be read here. What a restart or another
@@ -180,7 +203,7 @@ void Engine::FlushToRemote() {
     for (const auto& c : chunks) {
       if (c.chunk >= static_cast<int>(ids.size())) continue;
       KvStorage& from = c.tier == Tier::kT0 ? *t0_ : *t1_;
-      offered += remote_->Offer(ids[c.chunk], from, c.block, std::max(0.0, deadline - Now()));
+      offered += remote_->Offer(ids[c.chunk], from, c.block, std::max(0.0, deadline - Now())) == RemoteOffer::kQueued;
     }
   }
   remote_->Drain(std::max(0.1, deadline - Now()));
@@ -568,6 +591,7 @@ void Engine::Finish(Running& r, FinishReason reason, double now) {
       cache_->kv_tokens(s.id) > static_cast<int>(s.tokens.size())) {
     cache_->Truncate(s.id, static_cast<int>(s.tokens.size()), now);
   }
+  if (keep) PutFinishedChunks(s);
   s.busy = false;
   s.last_active = now;
   r.result.finish_reason = reason;

@@ -90,7 +90,7 @@ void CacheManager::Transition(int32_t id, ChunkState to) {
   CheckChunkTransition(c.state, to);
   transitions_[static_cast<int>(c.state)][static_cast<int>(to)]++;
   c.state = to;
-  if (to == ChunkState::kEmpty) c.from_disk = c.from_remote = false;  // no data, so it came from nowhere
+  if (to == ChunkState::kEmpty) c.from_disk = c.from_remote = c.copied_out = false;  // no data, so it came from nowhere
   MNEMO_CHECK_MSG(StateFits(id), std::string("chunk record fields do not fit state ") + ChunkStateName(to));
   Sync(id);
 }
@@ -109,8 +109,8 @@ bool CacheManager::StateFits(int32_t id) const {
   switch (c.state) {
     case ChunkState::kFree:
       return no_block && !f && c.refs == 0 && c.pins == 0 && c.readers == 0 && c.owners.empty() && !c.from_disk &&
-             !c.from_remote;
-    case ChunkState::kEmpty: return no_block && !f && c.readers == 0 && !c.from_disk && !c.from_remote;
+             !c.from_remote && !c.copied_out;
+    case ChunkState::kEmpty: return no_block && !f && c.readers == 0 && !c.from_disk && !c.from_remote && !c.copied_out;
     case ChunkState::kFilling: return has_block && c.tier == Tier::kT0 && !f && c.pins > 0 && c.readers == 0;
     case ChunkState::kResident: return has_block && !f;
     case ChunkState::kDemoting: return has_block && move && f->op.dst > c.tier;
@@ -224,7 +224,15 @@ void CacheManager::Truncate(SessionId s, int n_tokens, double now) {
   }
   S.kv_tokens = n_tokens;
   UnshareLast(s, S, now);
-  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, n_tokens - recs_[id].begin);
+  SetLengths(S);
+}
+
+void CacheManager::SetLengths(SessionRec& S) {
+  for (int32_t id : S.chunks) {
+    ChunkRec& c = recs_[id];
+    c.length = std::min(kBlockTokens, S.kv_tokens - c.begin);
+    if (c.length < kBlockTokens) c.copied_out = false;
+  }
 }
 
 void CacheManager::UnshareLast(SessionId s, SessionRec& S, double now) {
@@ -269,7 +277,7 @@ void CacheManager::RestoreLength(SessionId s, int n_tokens) {
     recs_[id].last_active = S.last_active;  // as active as its session
     S.chunks.push_back(id);
   }
-  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, S.kv_tokens - recs_[id].begin);
+  SetLengths(S);
 }
 
 void CacheManager::RestoreChunk(SessionId s, int chunk, Tier tier, int32_t block, int n_tokens) {
@@ -470,7 +478,9 @@ CacheManager::Room CacheManager::RoomFor(const SessionRec& S, int n_tokens) cons
     const InFlight* f = c.op != 0 ? &in_flight_.At(c.op) : nullptr;
     // A chunk loading into T0 has its block reserved already; anything else not in T0 needs one.
     if (c.tier != Tier::kT0 && !(f && f->op.dst == Tier::kT0)) r.need_blocks++;
-    if (c.readers > 0) r.wait = true;  // a copy reads it (e.g. for a fork): let it land first
+    // A copy reads it (e.g. for a fork): let it land first, unless it is a full T0 chunk, which
+    // admission pins where it is and nobody writes (a copy out of the tiers reads those).
+    if (c.readers > 0 && !(c.tier == Tier::kT0 && c.length == kBlockTokens)) r.wait = true;
     if (c.state == ChunkState::kResident && c.tier == Tier::kT2) r.wait = true;  // must be loaded first
     // A demotion out of T0 can be revived; loads, spills and copies must land first.
     if (f && !Revivable(c)) r.wait = true;
@@ -649,7 +659,7 @@ void CacheManager::Release(SessionId s, int kv_tokens, double now) {
   }
   S.kv_tokens = kv_tokens;
   UnshareLast(s, S, now);  // a shared chunk that s did not recompute but stops inside
-  for (int32_t id : S.chunks) recs_[id].length = std::min(kBlockTokens, kv_tokens - recs_[id].begin);
+  SetLengths(S);
   Touch(S, now);
 }
 
@@ -731,14 +741,22 @@ void CacheManager::OnTransferDone(uint64_t op_id, bool ok) {
   const int32_t id = f.rec;
   const int32_t copy_of = f.copy_of;
   const bool fill = f.fill;
+  const bool out = f.out;
   in_flight_.Erase(op_id);
   ChunkRec& c = recs_[id];
+  if (out) {  // a copy out of the tiers read the block; its data stays where it is
+    c.readers--;
+    if (!ok) c.copied_out = false;  // not taken (e.g. a full queue): a later call may try again
+    MaybeRecycle(id);
+    return;
+  }
   c.op = 0;
   if (fill) {  // data from outside the tiers landed in the block reserved for it, or did not
     if (ok) {
       c.tier = op.dst;
       c.block = op.dst_block;
       c.from_remote = true;
+      c.copied_out = true;  // it came from outside: no need to send it back
       stats_.fills++;
       Transition(id, ChunkState::kResident);
     } else {
@@ -848,6 +866,26 @@ std::vector<CacheManager::RestingChunk> CacheManager::RestingFullChunks(SessionI
   return out;
 }
 
+std::vector<TransferOp> CacheManager::PlanCopiesOut(SessionId s, int n_tokens) {
+  std::vector<TransferOp> ops;
+  const SessionRec& S = sessions_.at(s);
+  const int n_chunks = std::min(static_cast<int>(S.chunks.size()), std::min(n_tokens, S.kv_tokens) / kBlockTokens);
+  for (int i = 0; i < n_chunks; i++) {
+    const int32_t id = S.chunks[i];
+    ChunkRec& c = recs_[id];
+    if (c.copied_out || c.state != ChunkState::kResident || c.tier != Tier::kT0 || c.length != kBlockTokens) continue;
+    auto [op_id, f] = in_flight_.Emplace();
+    const TransferOp op{op_id, Tier::kT0, c.block, Tier::kNone, -1, s, i};
+    *f = InFlight{op, id, -1, /*fill=*/false, /*out=*/true};
+    c.readers++;
+    c.copied_out = true;
+    Sync(id);
+    stats_.copies_out++;
+    ops.push_back(op);
+  }
+  return ops;
+}
+
 void CacheManager::PlanFlushToDisk() {
   if (config_.t2_blocks == 0) return;
   for (int32_t id = 0; id < static_cast<int32_t>(recs_.size()); id++) {
@@ -936,8 +974,16 @@ bool CacheManager::CheckInvariants() const {
   std::vector<int> readers(recs_.size(), 0);
   bool ops_ok = true;
   in_flight_.ForEach([&](uint64_t opid, const InFlight& f) {
-    owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
     const ChunkRec& c = recs_[f.rec];
+    if (f.out) {  // a copy out reads a chunk at rest in T0 (full when planned) and writes no block of ours
+      readers[f.rec]++;
+      if (f.op.id != opid || f.op.dst != Tier::kNone || c.state != ChunkState::kResident || c.tier != Tier::kT0 ||
+          c.block != f.op.src_block) {
+        ops_ok = false;
+      }
+      return;
+    }
+    owners[static_cast<int>(f.op.dst)][f.op.dst_block]++;
     if (c.op != opid || f.op.id != opid) ops_ok = false;
     if (f.copy_of >= 0) {  // a copy fills an empty record from a source that stays put
       const ChunkRec& from = recs_[f.copy_of];

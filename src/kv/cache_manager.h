@@ -67,6 +67,7 @@ struct CacheStats {
                                      // could be had, or a copy failed): recomputed when next needed
   int64_t fills = 0;                 // chunks filled from outside the tiers (the remote tier, PlanFills)
   int64_t failed_fills = 0;          // planned fills that brought nothing (a miss, or the tier failed)
+  int64_t copies_out = 0;            // chunks read out of the tiers for outside (PlanCopiesOut)
 };
 
 class CacheManager {
@@ -210,6 +211,21 @@ class CacheManager {
   // the blocks while nothing else runs).
   std::vector<RestingChunk> RestingFullChunks(SessionId s) const;
 
+  // ---- copies out of the tiers (the remote tier's write-behind) ----
+  // Plans reads of s's full chunks at rest in T0 below n_tokens that no copy out has read yet (a
+  // shared chunk is read once for all its owners; a fill brought the others from outside): one op
+  // per chunk, src its T0 block, dst kNone (the caller takes the data, e.g. an Offer to the remote
+  // tier on the transfer thread), reported through OnTransferDone. Until then the block is read
+  // (readers): it neither moves nor is freed, while owners may still acquire it (a full T0 chunk is
+  // never written). A report with ok = false (the data was not taken) lets a later call plan the
+  // chunk again. Cost: O(chunks of s), no block copy.
+  std::vector<TransferOp> PlanCopiesOut(SessionId s, int n_tokens);
+  // True when op_id names a copy out (PlanCopiesOut) not yet reported.
+  bool IsCopyOut(uint64_t op_id) const {
+    const InFlight* f = in_flight_.Find(op_id);
+    return f && f->out;
+  }
+
   // Plans copies of every unpinned T0/T1 chunk into free T2 slots (no evictions), e.g. before a
   // shutdown, so that a restart finds them. Take them with TakeTransfers.
   void PlanFlushToDisk();
@@ -246,6 +262,9 @@ class CacheManager {
     bool from_disk = false;   // its data came up from T2 and is not yet counted as a disk hit (a
                               // tag that survives moves between T0 and T1; cleared when dropped)
     bool from_remote = false; // likewise for data a fill brought (PlanFills)
+    bool copied_out = false;  // its KV went out of the tiers (PlanCopiesOut) or came in from there
+                              // (a fill): not copied out again. Cleared with the data or when the
+                              // chunk becomes partial (it will hold other tokens)
     SessionId disk_session = -1;  // the owner its T2 slot's header names (reads must name it too)
     int disk_chunk = -1;
     std::vector<SessionId> owners;  // [refs] sessions holding it (as chunk begin / kBlockTokens)
@@ -273,6 +292,8 @@ class CacheManager {
     int32_t rec;          // chunk record moved, or filled by a copy
     int32_t copy_of = -1; // a copy: the record read (its data stays where it is); -1: a move
     bool fill = false;    // a fill of rec from outside the tiers (PlanFills): no source block
+    bool out = false;     // a copy of rec out of the tiers (PlanCopiesOut): rec's block is read
+                          // (counted in its readers, not its op), nothing is written (dst kNone)
   };
 
   BlockAllocator& pool(Tier t);
@@ -320,6 +341,9 @@ class CacheManager {
                                       double now);
   // Gives s its own record for its partial last chunk when that chunk is shared.
   void UnshareLast(SessionId s, SessionRec& S, double now);
+  // Sets the length of each of S's records from S.kv_tokens; a record left partial is no longer
+  // copied out (its next positions are other tokens).
+  void SetLengths(SessionRec& S);
   int PinnedT0Blocks() const;
   // Counts c's valid positions as a hit of `tier` (0 or 1), or of the tag it carries (disk,
   // remote), and clears the tags.

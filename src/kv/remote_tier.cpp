@@ -60,15 +60,15 @@ std::vector<std::pair<uint64_t, bool>> RemoteTier::TakeCompleted() {
   return out;
 }
 
-bool RemoteTier::Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, double wait_s) {
+RemoteOffer RemoteTier::Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, double wait_s) {
   const uint64_t rk = RecentKey(id);
   const size_t bytes = RemoteHeaderBytes() + space_.block_bytes;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (recent_.count(rk)) return false;
+    if (recent_.count(rk)) return RemoteOffer::kKnown;
     if (!available_.load()) {
       stats_.puts_dropped++;
-      return false;
+      return RemoteOffer::kDropped;
     }
     if (queued_bytes_ + bytes > config_.max_queued_bytes) {
       if (wait_s > 0) {
@@ -77,7 +77,7 @@ bool RemoteTier::Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, d
       }
       if (queued_bytes_ + bytes > config_.max_queued_bytes) {
         stats_.puts_dropped++;
-        return false;
+        return RemoteOffer::kDropped;
       }
     }
     queued_bytes_ += bytes;  // claimed before copying, so concurrent offers stay within the bound
@@ -97,7 +97,7 @@ bool RemoteTier::Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, d
     puts_.push_back(std::move(p));
   }
   cv_.notify_all();
-  return true;
+  return RemoteOffer::kQueued;
 }
 
 void RemoteTier::Drain(double timeout_s) {

@@ -2,13 +2,16 @@
 // only: what it holds may vanish at any time (TTL, maxmemory eviction, a restart) and the raw
 // token log stays the truth, so every failure here means "recompute", never an error.
 //
-// Full 32-token chunks, content-addressed (remote_codec.h): a chunk is put when the transfer
-// thread copies it out of T0 (a demotion, a disk write) and fetched when a turn would otherwise
-// recompute it (engine/remote_fetch.h decides when that pays). One worker thread owns the
-// connection and does all network I/O, so neither the engine thread nor the transfer thread ever
-// waits on the network:
+// Full 32-token chunks, content-addressed (remote_codec.h): a chunk is put soon after the turn
+// that computed it ends, or when it leaves T0 (a demotion, a disk write), and fetched when a turn
+// would otherwise recompute it (engine/remote_fetch.h decides when that pays). One worker thread
+// owns the connection and does all network I/O, so neither the engine thread nor the transfer
+// thread ever waits on the network:
 //  - puts: Offer copies the block into a queue bounded in bytes and returns; a full queue drops
-//    the put (counted). Puts already made (a recent-key set) are not made again.
+//    the put (counted). Puts already made (a recent-key set) are not made again. The transfer
+//    thread offers the chunks it copies out of T0 (demotions, disk writes) and, soon after a turn
+//    ends, its session's full chunks that were never offered (write-behind: CacheManager::
+//    PlanCopiesOut), so a replica killed without a shutdown has put what its turns computed.
 //  - fetches: Fetch queues fills of reserved blocks; the worker GETs them in one pipeline (one
 //    round trip), checks each value (a bad or truncated one is a miss), copies the KV into the
 //    block and reports (op, ok) through TakeCompleted and the listener. Fetches go before puts.
@@ -57,6 +60,13 @@ struct RemoteFill {
   int32_t block = -1;
 };
 
+// What Offer did with a put.
+enum class RemoteOffer {
+  kQueued,   // copied into the put queue
+  kKnown,    // put (or queued) recently: not again
+  kDropped,  // not queued: the queue full, or the tier down
+};
+
 struct RemoteStats {
   int64_t gets = 0;            // chunks asked for
   int64_t hits = 0;            // ... found and verified: their KV was used
@@ -92,9 +102,10 @@ class RemoteTier {
   // fn runs on the worker after fills finish (e.g. to wake the engine). Set before any Fetch.
   void SetListener(std::function<void()> fn) { listener_ = std::move(fn); }
 
-  // Queues a put of block `block` of src as chunk id (copying it, every layer); false when it is
-  // dropped (queue full for wait_s, the tier down) or was put already. Cost: one block copy.
-  bool Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, double wait_s = 0);
+  // Queues a put of block `block` of src as chunk id (copying it, every layer), unless it was put
+  // (or queued) already or is dropped: the queue full for wait_s, or the tier down (counted in
+  // stats().puts_dropped). Cost: one block copy when queued, else none.
+  RemoteOffer Offer(const RemoteChunkId& id, KvStorage& src, int32_t block, double wait_s = 0);
   // Blocks until every queued put is sent (or dropped), or timeout_s passes.
   void Drain(double timeout_s);
 

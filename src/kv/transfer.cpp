@@ -181,6 +181,11 @@ bool TransferEngine::RunJob(const Job& j) {
     const std::vector<TransferOp> one{op};
     hook_(CopyPoint{CopyPoint::Kind::kOp, -1, &one});
   }
+  if (op.dst == Tier::kNone) {
+    // A copy out of the tiers (CacheManager::PlanCopiesOut): the put's copy is all there is. Not
+    // taken (dropped) reports false, so the cache manager may plan it again.
+    return j.put && remote_ && remote_->Offer(*j.put, *storage(op.src), op.src_block) != RemoteOffer::kDropped;
+  }
   const int n_layers = t0_->shape().n_layers;
   const size_t lb = t0_->shape().LayerBlockBytes();
   bool ok = true;

@@ -105,7 +105,9 @@ class TransferEngine {
   // Queues background copies. disk_ids[i] names the chunk of ops[i] for T2 headers (ignored when
   // the op does not involve T2). puts[i], when set, names the full chunk ops[i] reads for the
   // remote tier: once the op has copied it out of its source block, the block is offered as a put
-  // (RemoteTier::Offer: a copy into its queue; the network I/O is the remote tier's).
+  // (RemoteTier::Offer: a copy into its queue; the network I/O is the remote tier's). An op with
+  // dst kNone (a copy out of the tiers, CacheManager::PlanCopiesOut) is that offer alone, reported
+  // ok unless the put was dropped.
   void Submit(const std::vector<TransferOp>& ops, const std::vector<DiskSlotId>& disk_ids,
               const std::vector<std::optional<RemoteChunkId>>& puts = {});
   // (op id, ok) of every op finished since the last call, swap-in groups included.

@@ -551,8 +551,12 @@ TEST(CacheManager, TruncateInsideASharedChunkKeepsTheValidPrefix) {
   EXPECT_EQ(ops[0].chunk, 2);
   CacheManager::Acquired b, c;
   EXPECT_EQ(cm.Acquire(1, 80, 3, &b), Admission::kLater);   // its copy is in flight
-  EXPECT_EQ(cm.Acquire(2, 100, 3, &c), Admission::kLater);  // the source is being read
+  // The source is being read, but it is a full T0 chunk of 2's: pinned where it is and never
+  // written, so 2 is admitted meanwhile.
+  ASSERT_EQ(cm.Acquire(2, 100, 3, &c), Admission::kOk);
+  EXPECT_EQ(c.block_table[2], a.block_table[2]);
   EXPECT_TRUE(cm.CheckInvariants());
+  cm.Release(2, 100, 3);
   cm.OnTransferDone(ops[0].id, true);
   ASSERT_EQ(cm.Acquire(1, 80, 3, &b), Admission::kOk);
   EXPECT_TRUE(b.recompute.empty());
@@ -561,11 +565,11 @@ TEST(CacheManager, TruncateInsideASharedChunkKeepsTheValidPrefix) {
   EXPECT_EQ(b.block_table[1], a.block_table[1]);
   EXPECT_EQ(b.block_table[2], ops[0].dst_block);
   cm.Release(1, 80, 4);
-  ASSERT_EQ(cm.Acquire(2, 100, 5, &c), Admission::kOk);
+  ASSERT_EQ(cm.Acquire(2, 101, 5, &c), Admission::kOk);
   EXPECT_TRUE(c.recompute.empty());
-  EXPECT_EQ(c.hit_tokens[0], 96);
+  EXPECT_EQ(c.hit_tokens[0], 100);
   EXPECT_EQ(c.block_table[2], a.block_table[2]);
-  cm.Release(2, 100, 6);
+  cm.Release(2, 101, 6);
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
@@ -746,7 +750,27 @@ class KvModel {
       l.push_back((h * 0x9e3779b97f4a7c15ull) | 1);  // never 0, the value of a block never written
     }
   }
-  void CopyNow(const TransferOp& op) { blocks_[{int(op.dst), op.dst_block}] = blocks_[{int(op.src), op.src_block}]; }
+  void CopyNow(const TransferOp& op) {
+    if (op.dst == Tier::kNone) {  // a copy out reads the block: it must still hold the chunk it named
+      if (blocks_[{int(op.src), op.src_block}] != read_.at(op.id)) bad_reads++;
+      return;
+    }
+    blocks_[{int(op.dst), op.dst_block}] = blocks_[{int(op.src), op.src_block}];
+  }
+  // Copies out of s's full chunks (PlanCopiesOut), each read at a random time before it is done:
+  // what it reads must be the values s's log gave the chunk when it was planned.
+  void TakeCopiesOut(SessionId s, const std::vector<TransferOp>& ops, Rng& rng) {
+    for (const TransferOp& op : ops) {
+      Values want;
+      for (int i = 0; i < kBlockTokens; i++) want[i] = logs_[s][op.chunk * kBlockTokens + i];
+      read_[op.id] = want;
+      const bool now = rng.Next() % 2;
+      if (now) CopyNow(op);
+      pending_.push_back({op, now});
+    }
+    copies_out += static_cast<int64_t>(ops.size());
+  }
+  int64_t copies_out = 0, bad_reads = 0;
   // Takes the queued transfers; half of them copy at once, the others when they complete.
   void Take(Rng& rng) {
     for (const TransferOp& op : cm_.TakeTransfers()) {
@@ -810,6 +834,7 @@ class KvModel {
   }
   CacheManager& cm_;
   std::map<std::pair<int, int32_t>, Values> blocks_;  // (tier, block) -> values
+  std::map<uint64_t, Values> read_;                    // copy out op id -> the values it must read
   std::map<SessionId, std::vector<uint64_t>> logs_;
   std::vector<std::pair<TransferOp, bool>> pending_;  // taken, not done; copied already?
 };
@@ -851,6 +876,7 @@ class ExactKvHooks : public kvtest::RandomOpsHooks {
   }
   void Truncated(SessionId s, int to) override { kv_.log(s).resize(to); }
   void Removed(SessionId s) override { kv_.Forget(s); }
+  void CopiesOut(SessionId s, const std::vector<TransferOp>& ops, Rng& rng) override { kv_.TakeCopiesOut(s, ops, rng); }
   void Transfers(CacheManager&, Rng& rng) override {
     kv_.Take(rng);
     kv_.CompleteSome(rng);
@@ -858,8 +884,6 @@ class ExactKvHooks : public kvtest::RandomOpsHooks {
   void CompleteAll(CacheManager&) override { kv_.CompleteAll(); }
 
   int64_t hits = 0, stopped = 0;
-
- private:
   KvModel kv_;
 };
 
@@ -868,9 +892,11 @@ class ExactKvHooks : public kvtest::RandomOpsHooks {
 // the bookkeeping stays consistent (every record's fields fit its state), and every chunk served
 // as a hit holds exactly the KV its session's log implies (copy-on-write never lets one session's
 // writes reach another's chunks, no copy reads a block that was reused, and a shared chunk left
-// half-recomputed is not served). Every edge of the chunk lifecycle is taken.
+// half-recomputed is not served). Copies out of the tiers (write-behind) read, whenever they run
+// before being reported, the KV of the chunk they were planned for. Every edge of the chunk
+// lifecycle is taken.
 TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
-  int64_t cow_copies = 0, hits = 0, stopped = 0;
+  int64_t cow_copies = 0, hits = 0, stopped = 0, copies_out = 0;
   int64_t edges[kChunkStates][kChunkStates] = {};
   for (uint64_t seed = 1; seed <= 200; seed++) {
     Rng rng(seed * 1009);
@@ -885,6 +911,8 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
     cow_copies += cm.stats().cow_copies;
     hits += hooks.hits;
     stopped += hooks.stopped;
+    copies_out += hooks.kv_.copies_out;
+    EXPECT_EQ(hooks.kv_.bad_reads, 0) << "seed " << seed << ": a copy out read a block that moved or was rewritten";
     // Everything torn down: no block or record is left behind.
     hooks.CompleteAll(cm);
     for (SessionId s : live) cm.RemoveSession(s);
@@ -898,6 +926,7 @@ TEST(CacheManager, RandomForksAndTruncationsServeExactKv) {
   EXPECT_GT(cow_copies, 100);
   EXPECT_GT(hits, 1000);
   EXPECT_GT(stopped, 50);  // stopped inside recomputed history
+  EXPECT_GT(copies_out, 1000);
   for (int i = 0; i < kChunkEdgeCount; i++) {
     const ChunkEdge& e = kChunkEdges[i];
     EXPECT_GT(edges[int(e.from)][int(e.to)], 0)
@@ -976,6 +1005,79 @@ TEST(CacheFills, FillsGoToT1WhenT0IsFullAndStopWhenNothingIsFree) {
   EXPECT_EQ(ops.size(), 1u) << "T1 holds one block: the rest are recomputed";
   EXPECT_TRUE(cm.CheckInvariants());
   for (const auto& op : ops) cm.OnTransferDone(op.id, true);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// Copies out of the tiers (the remote tier's write-behind): each full T0 chunk is read once, stays
+// in its block while read (not evicted, not waited for by its own next turn), and one not taken is
+// planned again; a chunk left partial by a truncation is read again once full.
+TEST(CacheCopiesOut, FullT0ChunksAreReadOnceAndStayPutUntilReported) {
+  CacheManager cm(CacheConfig{8, 8, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  CacheManager::Acquired a;
+  ASSERT_EQ(Turn(cm, 1, 100, 1.0, &a), Admission::kOk);  // chunks 0..2 full, 3 partial
+  const auto ops = cm.PlanCopiesOut(1, 100);
+  ASSERT_EQ(ops.size(), 3u);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(ops[i].chunk, i);
+    EXPECT_EQ(ops[i].src, Tier::kT0);
+    EXPECT_EQ(ops[i].src_block, a.block_table[i]);
+    EXPECT_EQ(ops[i].dst, Tier::kNone);
+  }
+  EXPECT_TRUE(cm.PlanCopiesOut(1, 100).empty()) << "a chunk is read out once";
+  EXPECT_TRUE(cm.CheckInvariants());
+  EXPECT_EQ(cm.stats().copies_out, 3);
+
+  // Upkeep that wants all of T0 free demotes the partial chunk only.
+  cm.Maintain(8, 2.0);
+  Drain(cm);
+  const std::vector<Tier> where = cm.Residency(1);
+  EXPECT_EQ(where, (std::vector<Tier>{Tier::kT0, Tier::kT0, Tier::kT0, Tier::kT1}));
+  // The next turn is admitted at once: the chunks being read are full, pinned where they are.
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(1, 110, 3.0, &b), Admission::kOk);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(b.block_table[i], a.block_table[i]);
+  for (const auto& op : b.swap_ins) cm.OnTransferDone(op.id, true);
+  cm.Release(1, 110, 3.0);
+  EXPECT_TRUE(cm.CheckInvariants());
+
+  cm.OnTransferDone(ops[0].id, true);
+  cm.OnTransferDone(ops[1].id, false);  // dropped (a full put queue): planned again
+  cm.OnTransferDone(ops[2].id, true);
+  EXPECT_TRUE(cm.CheckInvariants());
+  auto again = cm.PlanCopiesOut(1, 110);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].chunk, 1);
+  cm.OnTransferDone(again[0].id, true);
+
+  // Truncated inside chunk 1, then grown past it: chunk 1 holds other tokens now.
+  cm.Truncate(1, 40, 4.0);
+  ASSERT_EQ(Turn(cm, 1, 100, 5.0), Admission::kOk);
+  again = cm.PlanCopiesOut(1, 100);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].chunk, 1);
+  EXPECT_EQ(again[1].chunk, 2);
+  // A session removed while its chunks are read: the blocks are freed when the reads end.
+  cm.RemoveSession(1);
+  EXPECT_EQ(cm.used_blocks(Tier::kT0), 2);
+  EXPECT_TRUE(cm.CheckInvariants());
+  for (const auto& op : again) cm.OnTransferDone(op.id, true);
+  EXPECT_EQ(cm.used_blocks(Tier::kT0), 0);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
+// A chunk the remote tier filled is not sent back to it.
+TEST(CacheCopiesOut, FilledChunksAreNotReadOut) {
+  CacheManager cm(CacheConfig{8, 0, 0, 0.1}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  const auto fills = cm.PlanFills(1, {0, 1}, 1.0);
+  ASSERT_EQ(fills.size(), 2u);
+  for (const auto& op : fills) cm.OnTransferDone(op.id, true);
+  ASSERT_EQ(Turn(cm, 1, 100, 2.0), Admission::kOk);
+  const auto ops = cm.PlanCopiesOut(1, 100);
+  ASSERT_EQ(ops.size(), 1u);
+  EXPECT_EQ(ops[0].chunk, 2);
+  cm.OnTransferDone(ops[0].id, true);
   EXPECT_TRUE(cm.CheckInvariants());
 }
 

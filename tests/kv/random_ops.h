@@ -1,5 +1,6 @@
 // A random-operation driver over a CacheManager for property tests: turns (some stopped part way,
-// as a suspension does; some growing), forks at any point, truncations, invalidations, removals,
+// as a suspension does; some growing; some followed by copies out of their full chunks, as the
+// remote tier's write-behind makes), forks at any point, truncations, invalidations, removals,
 // the engine's upkeep (sometimes skipped, so Acquire runs twice in a row), and transfers that
 // complete in and out of order, some failing. After every step it checks CheckInvariants (every
 // chunk record's fields fit its state, chunk_state.h) and then whatever the test adds (Hooks).
@@ -42,6 +43,12 @@ class RandomOpsHooks {
     (void)src, (void)dst, (void)at, (void)copy;
   }
   virtual void Truncated(SessionId, int to) { (void)to; }
+  // s's turn ended and ops (PlanCopiesOut) read its full chunks out of T0; they are reported with
+  // the other transfers (Transfers).
+  virtual void CopiesOut(SessionId s, const std::vector<TransferOp>& ops, Rng&) {
+    (void)s;
+    pending_.insert(pending_.end(), ops.begin(), ops.end());
+  }
   virtual void Removed(SessionId) {}
   // Takes the queued transfers and completes a random subset in random order (a tenth fail).
   virtual void Transfers(CacheManager& cm, Rng& rng) {
@@ -113,6 +120,7 @@ inline std::vector<SessionId> RunRandomOps(CacheManager& cm, const RandomOpsConf
           cm.Suspend(s, end, now);
         } else {
           cm.Release(s, end, now);
+          if (rng.Next() % 2) hooks.CopiesOut(s, cm.PlanCopiesOut(s, end), rng);  // write-behind
         }
       } else if (r == Admission::kImpossible) {
         cm.Truncate(s, 0, now);

@@ -99,9 +99,9 @@ TEST_F(RemoteTierTest, PutChunkComesBackBitForBitElsewhere) {
   auto tier = RemoteTier::Create(Config(redis_->url()), space_);
   ASSERT_TRUE(tier.ok()) << tier.error().message;
   const auto toks = Tokens(96, 100);
-  ASSERT_TRUE((*tier)->Offer(RemoteChunkOf(toks, 0), a, 1));
-  ASSERT_TRUE((*tier)->Offer(RemoteChunkOf(toks, 1), a, 2));
-  EXPECT_FALSE((*tier)->Offer(RemoteChunkOf(toks, 1), a, 2)) << "a chunk put already is not put again";
+  ASSERT_EQ((*tier)->Offer(RemoteChunkOf(toks, 0), a, 1), RemoteOffer::kQueued);
+  ASSERT_EQ((*tier)->Offer(RemoteChunkOf(toks, 1), a, 2), RemoteOffer::kQueued);
+  EXPECT_EQ((*tier)->Offer(RemoteChunkOf(toks, 1), a, 2), RemoteOffer::kKnown) << "a chunk put already is not put again";
   ASSERT_TRUE(WaitPuts(**tier, 2));
 
   // Another tier (another replica) of the same space reads them; chunk 2 was never put.
@@ -140,8 +140,8 @@ TEST_F(RemoteTierTest, CorruptAndTruncatedValuesAreMisses) {
   ASSERT_TRUE(tier.ok());
   const auto toks = Tokens(64, 3);
   const RemoteChunkId c0 = RemoteChunkOf(toks, 0), c1 = RemoteChunkOf(toks, 1);
-  ASSERT_TRUE((*tier)->Offer(c0, a, 0));
-  ASSERT_TRUE((*tier)->Offer(c1, a, 0));
+  ASSERT_EQ((*tier)->Offer(c0, a, 0), RemoteOffer::kQueued);
+  ASSERT_EQ((*tier)->Offer(c1, a, 0), RemoteOffer::kQueued);
   ASSERT_TRUE(WaitPuts(**tier, 2));
   // Damage both values in place: cut one short, flip a byte of the other's payload.
   const std::string k0 = RemoteKey(space_, c0), k1 = RemoteKey(space_, c1);
@@ -168,7 +168,7 @@ TEST(RemoteTierDown, DeadServerFailsFastAndDropsPuts) {
   auto tier = RemoteTier::Create(Config(redis->url()), space);
   ASSERT_TRUE(tier.ok());
   const auto toks = Tokens(64, 1);
-  ASSERT_TRUE((*tier)->Offer(RemoteChunkOf(toks, 0), a, 0));
+  ASSERT_EQ((*tier)->Offer(RemoteChunkOf(toks, 0), a, 0), RemoteOffer::kQueued);
   ASSERT_TRUE(WaitPuts(**tier, 1));
   redis->Kill();
   double seconds = 0;
@@ -176,7 +176,7 @@ TEST(RemoteTierDown, DeadServerFailsFastAndDropsPuts) {
   EXPECT_FALSE(ok[0]);
   EXPECT_LT(seconds, 1.0) << "bounded by the command and connect timeouts";
   EXPECT_FALSE((*tier)->available());
-  EXPECT_FALSE((*tier)->Offer(RemoteChunkOf(toks, 1), a, 0)) << "puts are dropped while down";
+  EXPECT_EQ((*tier)->Offer(RemoteChunkOf(toks, 1), a, 0), RemoteOffer::kDropped) << "puts are dropped while down";
   ok = FetchAll(**tier, {{2, RemoteChunkOf(toks, 0), &a, 1}}, &seconds);
   EXPECT_FALSE(ok[0]);
   EXPECT_LT(seconds, 0.1) << "while down, fetches fail without waiting";

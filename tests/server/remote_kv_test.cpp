@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../kv/redis_server.h"
@@ -128,6 +129,46 @@ TEST_F(RemoteKv, FreshReplicaContinuesFromRedisWithTheSameOutput) {
     EXPECT_LT(with_redis_recomputed, without) << "Redis saved no recomputation";
     EXPECT_LE(with_redis_recomputed + 32 * hits, without);
   }
+}
+
+// Write-behind: a replica killed with SIGKILL (no shutdown, its KV never left T0) has put the full
+// chunks of the turns it finished, so a fresh replica on the same Redis continues the conversation
+// from them, with the same output, instead of recomputing its history.
+TEST_F(RemoteKv, KilledReplicasFinishedTurnsAreInRedis) {
+  std::string why;
+  RedisServer* redis = RedisServer::Shared(&why);
+  if (!redis) GTEST_SKIP() << why;
+  const std::string url = redis->url() + "/" + std::to_string(kDb);
+  ASSERT_EQ(RedisServer::RunAt(url, {"FLUSHDB"}), "OK");
+
+  std::string r1, a2;
+  int history = 0;  // tokens of the branch B continues (A's first turn, prompt and reply)
+  {
+    Replica a(Flags(Db(), url));
+    ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+    const Json t1 = a.Turn(kOpening);
+    r1 = t1.value("id", "");
+    ASSERT_FALSE(r1.empty());
+    history = t1["usage"].value("total_tokens", 0);
+    a2 = Text(a.Turn("What did Lily see by the river?", r1));
+    ASSERT_FALSE(a2.empty());
+    // The puts follow the turns, not the shutdown: wait (bounded) for the first turn's full chunks.
+    const double want = (history - 1) / 32;
+    ASSERT_GE(want, 2) << "the opening is too short for this test";
+    for (int i = 0; i < 100 && a.Metric("mnemo_remote_kv_puts_total{result=\"stored\"}") < want; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    a.proc.Stop(SIGKILL);
+  }
+
+  Replica b(Flags(Db(), url));
+  ASSERT_GT(b.proc.port(), 0) << b.proc.log();
+  const Json t = b.Turn("What did Lily see by the river?", r1);
+  EXPECT_EQ(Text(t), a2) << "the continuation from Redis differs from A's";
+  // Every full chunk of the history but the last position's (fed again for its logits).
+  const int from_redis = (history - 1) / 32 * 32;
+  EXPECT_GE(b.Metric("mnemo_context_tokens_total{source=\"remote\"}"), from_redis);
+  EXPECT_GE(t["usage"]["input_tokens_details"].value("cached_tokens", 0), from_redis);
 }
 
 TEST_F(RemoteKv, RedisKilledMidRunOutputsStayCorrect) {
