@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A local mnemo cluster on 127.0.0.1 (issue 14; docs/deploy.md "A local cluster"): PostgreSQL, N
-# `mnemo serve` replicas sharing it, and HAProxy in front configured by deploy/haproxy.cfg.
+# A local mnemo cluster on 127.0.0.1 (issue 14; docs/deploy.md "A local cluster"): PostgreSQL, Redis
+# (the shared KV tier), N `mnemo serve` replicas sharing them, and HAProxy in front configured by
+# deploy/haproxy.cfg.
 #
-#   scripts/cluster.sh up --replicas N --model FILE --port P --dir DIR [--no-fsync] [-- serve flags]
+#   scripts/cluster.sh up --replicas N --model FILE --port P --dir DIR [--no-fsync] [--no-redis] [--redis-mb MB] [-- serve flags]
 #   scripts/cluster.sh down --dir DIR
 #
 # up: PostgreSQL 15 with its own data directory DIR/pg/data (initdb on first use; reused by a later
@@ -15,21 +16,26 @@
 # DIR/pg/server.log); returns once GET /ready through the front answers 200. Every wait is bounded
 # (MNEMO_CLUSTER_WAIT_S, default 60 s); on a failure it says what failed, shows the log's tail and
 # stops what it started.
+# Redis 7 (unless --no-redis): redis-server on 127.0.0.1 at a random port, its directory DIR/redis,
+# no persistence (--save '', no AOF: it is a cache, the raw token logs are in PostgreSQL), maxmemory
+# --redis-mb (default 256) with allkeys-lru, so that it evicts rather than refuses puts; writes
+# DIR/redis.pid and DIR/redis.url, and the replicas get --kv-remote with that URL.
 # --no-fsync: PostgreSQL without fsync (tests: the data is disposable).
 #
 # down: stops the processes named by DIR's pid files (each checked to be the one `up` started: a
-# stale pid file never kills an unrelated process) and DIR's PostgreSQL, nothing else; keeps the
-# data and logs.
+# stale pid file never kills an unrelated process), Redis after the replicas (a replica stopping
+# offers its KV to it), and DIR's PostgreSQL, nothing else; keeps the data and logs.
 #
 # Binaries: MNEMO_BIN (default build/apps/mnemo under the repository), MNEMO_PG_BIN (default
 # /usr/lib/postgresql/15/bin, as the tests' fixture), HAPROXY_BIN (default haproxy on PATH, else
-# /usr/sbin/haproxy).
+# /usr/sbin/haproxy), MNEMO_REDIS_SERVER (default redis-server on PATH, as the tests' fixture).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mnemo=${MNEMO_BIN:-$root/build/apps/mnemo}
 pg_bin=${MNEMO_PG_BIN:-/usr/lib/postgresql/15/bin}
 haproxy=${HAPROXY_BIN:-$(command -v haproxy || echo /usr/sbin/haproxy)}
+redis_server=${MNEMO_REDIS_SERVER:-$(command -v redis-server || echo /usr/bin/redis-server)}
 wait_s=${MNEMO_CLUSTER_WAIT_S:-60}
 
 die() {
@@ -37,14 +43,14 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '5,6p' "$0" | sed 's/^# *//' >&2
+  sed -n '6,7p' "$0" | sed 's/^# *//' >&2
   exit 2
 }
 
 cmd=${1:-}
 [[ $cmd == up || $cmd == down ]] || usage
 shift
-replicas= model= port= dir= fsync=on
+replicas= model= port= dir= fsync=on redis=1 redis_mb=256
 serve_extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -53,6 +59,8 @@ while [[ $# -gt 0 ]]; do
     --port) port=${2:?}; shift 2 ;;
     --dir) dir=${2:?}; shift 2 ;;
     --no-fsync) fsync=off; shift ;;
+    --no-redis) redis=0; shift ;;
+    --redis-mb) redis_mb=${2:?}; shift 2 ;;
     --) shift; serve_extra=("$@"); break ;;
     *) usage ;;
   esac
@@ -96,14 +104,18 @@ stop_pid() {
 }
 
 down() {
-  local pg_url="" f
+  local pg_url="" redis_url="" f
   [[ -f $dir/pg.url ]] && pg_url=$(<"$dir/pg.url")
+  [[ -f $dir/redis.url ]] && redis_url=$(<"$dir/redis.url")
   stop_pid "$dir/haproxy.pid" "$dir/haproxy.cfg"
   for f in "$dir"/replica-*.pid; do
     [[ -e $f ]] || continue
     # A replica of this cluster is `mnemo serve` on this cluster's database.
     stop_pid "$f" "--db ${pg_url:-postgresql://}"
   done
+  # Redis titles its process "redis-server HOST:PORT": the one at this cluster's URL.
+  [[ -n $redis_url ]] && stop_pid "$dir/redis.pid" "redis-server ${redis_url#redis://}"
+  rm -f "$dir/redis.url"
   if [[ -f $dir/pg/data/postmaster.pid ]]; then
     "${as[@]}" "$pg_bin/pg_ctl" -D "$dir/pg/data" -m fast -w -t 10 stop >/dev/null 2>&1 ||
       echo "cluster.sh: PostgreSQL in $dir/pg/data did not stop cleanly" >&2
@@ -126,6 +138,10 @@ model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
   die "PostgreSQL binaries not found in $pg_bin (install postgresql-15, or set MNEMO_PG_BIN)"
 [[ -x $haproxy ]] || die "haproxy not found (install haproxy, or set HAPROXY_BIN)"
 [[ -f $root/deploy/haproxy.cfg ]] || die "$root/deploy/haproxy.cfg not found"
+if ((redis)); then
+  [[ -x $redis_server ]] || die "redis-server not found (install redis-server, set MNEMO_REDIS_SERVER, or pass --no-redis)"
+  [[ $redis_mb =~ ^[1-9][0-9]*$ ]] || die "--redis-mb must be a positive integer"
+fi
 if [[ -f $dir/front.url ]]; then
   die "$dir holds a running cluster ($(<"$dir/front.url")): run 'scripts/cluster.sh down --dir $dir' first"
 fi
@@ -167,15 +183,42 @@ done
 pg_url="postgresql://mnemo@127.0.0.1:$pg_port/mnemo"
 echo "$pg_url" >"$dir/pg.url"
 
-# ---- Redis (issue 14, the optional shared KV tier T3): NOT STARTED HERE YET. ----
-# `mnemo serve --kv-remote redis://...` exists (docs/deploy.md "Sharing KV through Redis"); this is
-# the place to start redis-server on 127.0.0.1 (its own DIR/redis directory and DIR/redis.pid,
-# stopped by `down` after the replicas) and to append `--kv-remote redis://127.0.0.1:PORT` to
-# replica_flags below. Until then the replicas run without a remote KV tier (a replica may still
-# be given one by hand: `-- --kv-remote redis://HOST:PORT`).
+# 2. Redis, the shared KV tier (docs/deploy.md "Sharing KV through Redis"): a cache, so no
+# persistence; maxmemory with allkeys-lru, so a full Redis evicts old chunks instead of refusing puts.
 replica_flags=()
+if ((redis)); then
+  mkdir -p "$dir/redis"
+  rm -f "$dir/redis.url"
+  redis_port=
+  deadline=$((SECONDS + wait_s))
+  for _ in 1 2 3 4 5; do  # a random port; another one when it is taken (the server then exits)
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 30000))
+    setsid "$redis_server" --port "$p" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/redis" \
+      --logfile "$dir/redis/redis.log" --maxmemory "${redis_mb}mb" --maxmemory-policy allkeys-lru \
+      >/dev/null 2>&1 </dev/null &
+    echo $! >"$dir/redis.pid"
+    echo "redis://127.0.0.1:$p" >"$dir/redis.url"  # before the wait: a failure's `down` stops it
+    # PING over bash's /dev/tcp (no client needed) until +PONG, the server exits, or time runs out.
+    while kill -0 "$(<"$dir/redis.pid")" 2>/dev/null && [[ $(cmdline "$(<"$dir/redis.pid")") == *redis-server* ]]; do
+      if { exec 3<>"/dev/tcp/127.0.0.1/$p"; } 2>/dev/null; then
+        printf 'PING\r\n' >&3
+        reply=
+        read -r -t 2 reply <&3 || true
+        exec 3<&-
+        if [[ $reply == +PONG* ]]; then
+          redis_port=$p
+          break 2
+        fi
+      fi
+      ((SECONDS < deadline)) || fail "Redis did not answer within $wait_s s" "$dir/redis/redis.log"
+      sleep 0.05
+    done
+  done
+  [[ -n $redis_port ]] || fail "Redis did not start" "$dir/redis/redis.log"
+  replica_flags+=(--kv-remote "redis://127.0.0.1:$redis_port")
+fi
 
-# 2. The replicas, all started at once (they migrate the schema one at a time: an advisory lock).
+# 3. The replicas, all started at once (they migrate the schema one at a time: an advisory lock).
 has_replica_id=0
 "$mnemo" serve --help 2>/dev/null | grep -q -- '--replica-id' && has_replica_id=1
 for ((i = 0; i < replicas; i++)); do
@@ -200,7 +243,7 @@ for ((i = 0; i < replicas; i++)); do
   done
 done
 
-# 3. HAProxy: the deployed configuration plus one server line per replica.
+# 4. HAProxy: the deployed configuration plus one server line per replica.
 {
   cat "$root/deploy/haproxy.cfg"
   for ((i = 0; i < replicas; i++)); do echo "    server r$i 127.0.0.1:${ports[$i]}"; done
@@ -210,7 +253,7 @@ MNEMO_FRONT=127.0.0.1:$port "$haproxy" -c -q -f "$dir/haproxy.cfg" >"$dir/haprox
 MNEMO_FRONT=127.0.0.1:$port setsid "$haproxy" -db -f "$dir/haproxy.cfg" >>"$dir/haproxy.log" 2>&1 </dev/null &
 echo $! >"$dir/haproxy.pid"
 
-# 4. Wait until the front answers GET /ready with 200 (bash's /dev/tcp: no client needed).
+# 5. Wait until the front answers GET /ready with 200 (bash's /dev/tcp: no client needed).
 ready() {
   local code=""
   { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null || return 1
@@ -225,4 +268,6 @@ until ready; do
   sleep 0.1
 done
 echo "http://127.0.0.1:$port" >"$dir/front.url"
-echo "cluster up: front http://127.0.0.1:$port, $replicas replicas (ports ${ports[*]}), $pg_url, logs in $dir"
+redis_note=", no Redis"
+((redis)) && redis_note=", $(<"$dir/redis.url")"
+echo "cluster up: front http://127.0.0.1:$port, $replicas replicas (ports ${ports[*]}), $pg_url$redis_note, logs in $dir"
