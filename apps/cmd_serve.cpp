@@ -118,9 +118,9 @@ int RunServe(ServeFlags& f) {
     std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
     return 1;
   }
-  spdlog::info("mnemo serving {} on {}://{}:{} (db {}{})", sc.model_name, f.server.tls_cert_file.empty() ? "http" : "https",
-               f.server.host, server.port(), (*store)->path(),
-               temp_db ? ", temporary" : "");
+  spdlog::info("mnemo serving {} on {}://{}:{} (replica {}, db {}{})", sc.model_name,
+               f.server.tls_cert_file.empty() ? "http" : "https", f.server.host, server.port(), server.replica_id(),
+               (*store)->path(), temp_db ? ", temporary" : "");
   int sig = 0;
   sigwait(&sigs, &sig);
   if (f.drain_s > 0) {
@@ -169,6 +169,9 @@ void RegisterServe(CLI::App& app) {
                   "(shared by replicas)");
   cmd->add_option("--api-key", f->server.api_keys, "accepted API key (repeatable); none = no auth");
   cmd->add_option("--model-name", f->model_name, "model id in the API (default: the file name)");
+  cmd->add_option("--replica-id", f->server.replica_id,
+                  "this replica's name: the X-Mnemo-Replica header of every response, /health, /metrics and the "
+                  "status page (default: hostname:port)");
   cmd->add_option("--max-body-mb", f->max_body_mb, "largest request body (MB)");
   cmd->add_option("--drain-s", f->drain_s,
                   "on SIGTERM/SIGINT, answer /ready with 503 for this long (while still serving) before "

@@ -9,8 +9,8 @@
 # up: PostgreSQL 15 with its own data directory DIR/pg/data (initdb on first use; reused by a later
 # `up` on the same DIR, so conversations outlive a down/up), run as the user postgres when started
 # as root (PostgreSQL refuses root; `nobody` when there is no postgres user); N replicas (--db
-# postgresql://mnemo@127.0.0.1:PGPORT/mnemo, --port 0, --drain-s 1, --replica-id rI when the
-# binary has it, plus the serve flags after `--`); HAProxy with DIR/haproxy.cfg (deploy/haproxy.cfg
+# postgresql://mnemo@127.0.0.1:PGPORT/mnemo, --port 0, --drain-s 1, --replica-id rI, plus the serve
+# flags after `--`); HAProxy with DIR/haproxy.cfg (deploy/haproxy.cfg
 # and one `server` line per replica) bound to 127.0.0.1:P. Writes DIR/replica-<i>.pid (i = 0..N-1),
 # DIR/haproxy.pid, DIR/pg.url, DIR/front.url (http://127.0.0.1:P) and logs (DIR/*.log,
 # DIR/pg/server.log); returns once GET /ready through the front answers 200. Every wait is bounded
@@ -219,11 +219,9 @@ if ((redis)); then
 fi
 
 # 3. The replicas, all started at once (they migrate the schema one at a time: an advisory lock).
-has_replica_id=0
-"$mnemo" serve --help 2>/dev/null | grep -q -- '--replica-id' && has_replica_id=1
 for ((i = 0; i < replicas; i++)); do
-  args=(serve --model "$model" --db "$pg_url" --host 127.0.0.1 --port 0 --drain-s 1)
-  ((has_replica_id)) && args+=(--replica-id "r$i")
+  # Named as its HAProxy server line below: X-Mnemo-Replica then equals X-Mnemo-Served-By.
+  args=(serve --model "$model" --db "$pg_url" --host 127.0.0.1 --port 0 --drain-s 1 --replica-id "r$i")
   setsid "$mnemo" "${args[@]}" "${replica_flags[@]}" "${serve_extra[@]}" >"$dir/replica-$i.log" 2>&1 </dev/null &
   echo $! >"$dir/replica-$i.pid"
 done

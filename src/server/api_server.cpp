@@ -2,6 +2,7 @@
 
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,10 +86,14 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   http_->post_routing = [this](const Req& req, Res& res) {
     const std::string id = req.get_header_value("X-Request-Id");
     res.set_header("X-Request-Id", http::SaneRequestId(id) ? id : http::NewRequestId());
+    // Which replica answered, for clients and operators behind a front (docs/deploy.md).
+    const std::string replica = replica_id();
+    if (!replica.empty()) res.set_header("X-Mnemo-Replica", replica);
     const std::string origin = CorsOrigin(req);
     if (origin.empty()) return;
     res.set_header("Access-Control-Allow-Origin", origin);
-    res.set_header("Access-Control-Expose-Headers", "X-Session-Id, X-Request-Id, Retry-After, X-Mnemo-Deduplicated");
+    res.set_header("Access-Control-Expose-Headers",
+                   "X-Session-Id, X-Request-Id, Retry-After, X-Mnemo-Deduplicated, X-Mnemo-Replica");
     if (origin != "*") res.set_header("Vary", "Origin");
   };
   // POST bodies are taken whatever their Content-Type (`curl -d` sends form-urlencoded); the body
@@ -491,7 +496,12 @@ ApiServer::http_json_t ApiServer::StatusJson() const {
                 {"estimated_wait_ms", std::isfinite(q.estimated_wait_s) ? Json(std::lround(q.estimated_wait_s * 1000)) : Json(nullptr)},
                 {"max_queue_ms", std::lround(q.max_queue_s * 1000)},
                 {"drain_rate_per_s", q.drain_rate >= 0 ? Json(q.drain_rate) : Json(nullptr)}};
-  return {{"status", draining_ || unready_ ? "draining" : "ok"}, {"queue", queue}};
+  return {{"status", draining_ || unready_ ? "draining" : "ok"}, {"queue", queue}, {"replica", replica_id()}};
+}
+
+std::string ApiServer::replica_id() const {
+  std::lock_guard<std::mutex> lock(replica_mu_);
+  return replica_id_;
 }
 
 Status ApiServer::Start() {
@@ -501,13 +511,31 @@ Status ApiServer::Start() {
   if (config_.tls_cert_file.empty() != config_.tls_key_file.empty()) {
     return MakeError(StatusCode::kInvalidArgument, "TLS needs both a certificate and a key file");
   }
+  // A header value and a Prometheus label: printable ASCII only.
+  if (config_.replica_id.size() > 128 ||
+      !std::all_of(config_.replica_id.begin(), config_.replica_id.end(), [](char c) { return c > ' ' && c < 127; })) {
+    return MakeError(StatusCode::kInvalidArgument, "--replica-id must be at most 128 printable ASCII characters, no spaces");
+  }
   if (!config_.tls_cert_file.empty()) {
     Status tls = http_->UseTls(config_.tls_cert_file, config_.tls_key_file);
     if (!tls.ok()) return tls;
   }
+  std::string replica = config_.replica_id;
+  if (!replica.empty()) {  // named before the first request can be answered
+    std::lock_guard<std::mutex> lock(replica_mu_);
+    replica_id_ = replica;
+  }
   Status st = http_->Listen(config_.host, config_.port);
   if (!st.ok()) return st;
   port_ = http_->port();
+  if (replica.empty()) {  // hostname:port, the port known only now (--port 0)
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+    replica = std::string(host) + ":" + std::to_string(port_);
+    std::lock_guard<std::mutex> lock(replica_mu_);
+    replica_id_ = replica;
+  }
+  metrics_.SetReplica(replica);
   return Status::Ok();
 }
 

@@ -46,6 +46,9 @@ struct ServerConfig {
   bool private_metrics = false;
   // X-Mnemo-Request-Id (request_dedup.h): how long a turn's recorded answer is replayed to retries.
   double request_id_ttl_s = 86400;
+  // This replica's name (--replica-id): the X-Mnemo-Replica header of every response, /health,
+  // /ready, /metrics (mnemo_replica_info) and the status page. Empty: hostname:port, once bound.
+  std::string replica_id;
 };
 
 class ApiServer {
@@ -64,6 +67,9 @@ class ApiServer {
   // Blocks until Stop (from another thread or a signal handler's flag).
   void Wait();
   int port() const { return port_; }
+  // This replica's name: ServerConfig::replica_id, else hostname:port once Start has bound ("" before).
+  // Any thread.
+  std::string replica_id() const;
 
  private:
   using Req = http::Request;
@@ -165,6 +171,8 @@ class ApiServer {
   std::atomic<bool> draining_{false};      // Stop was called: new turns get 503
   std::atomic<bool> unready_{false};       // BeginDrain was called: /ready answers 503
   int port_ = 0;
+  mutable std::mutex replica_mu_;
+  std::string replica_id_;  // guarded by replica_mu_: Start sets it while the I/O threads may answer
 };
 
 // The owner id of an API key: hex of its SHA-256 (keys themselves are never stored).

@@ -88,6 +88,11 @@ void Metrics::Turn(const TurnResult& r, bool choice) {
   finish_[FinishReasonName(r.finish_reason)]++;
 }
 
+void Metrics::SetReplica(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  replica_ = id;
+}
+
 void Metrics::ContextSelection(int64_t dropped_tokens) {
   selections_++;
   selection_dropped_ += dropped_tokens;
@@ -97,6 +102,15 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!replica_.empty()) {  // printable ASCII without spaces (ApiServer::Start checks): escape \ and "
+      std::string label;
+      for (char c : replica_) {
+        if (c == '\\' || c == '"') label += '\\';
+        label += c;
+      }
+      Header(&out, "mnemo_replica_info", "gauge", "This replica's name (--replica-id), as a label");
+      Line(&out, "mnemo_replica_info{replica=\"%s\"} 1", label.c_str());
+    }
     Header(&out, "mnemo_http_requests_total", "counter", "HTTP requests by route and status");
     for (const auto& [k, v] : requests_) {
       Line(&out, "mnemo_http_requests_total{route=\"%s\",status=\"%d\"} %llu", k.first.c_str(), k.second,

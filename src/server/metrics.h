@@ -55,6 +55,8 @@ class Metrics {
   void WindowedTurn() { windowed_++; }
   // A turn's request answered with the recorded answer of an earlier attempt (X-Mnemo-Request-Id).
   void Deduplicated() { deduplicated_++; }
+  // This replica's name (ApiServer::replica_id), rendered as mnemo_replica_info{replica="..."} 1.
+  void SetReplica(const std::string& id);
 
   // The whole exposition, engine gauges included.
   std::string Render(const EngineStats& engine, const QueueState& queue) const;
@@ -70,6 +72,7 @@ class Metrics {
   std::atomic<uint64_t> deduplicated_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
   std::map<std::string, uint64_t> shed_;    // reason -> turns refused for load
+  std::string replica_;                     // "" until SetReplica
   Histogram ttft_, itl_, e2e_, queue_;
 };
 

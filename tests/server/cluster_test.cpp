@@ -116,6 +116,8 @@ TEST_F(Cluster, UpServesAConversationThroughTheFrontAndDownStopsEverything) {
   ASSERT_TRUE(r2 && r2->status == 200) << (r2 ? r2->body : "no response");
   EXPECT_EQ(Json::parse(r2->body)["previous_response_id"], Json::parse(r1->body)["id"]);
   EXPECT_EQ(r2->get_header_value("X-Mnemo-Served-By"), r1->get_header_value("X-Mnemo-Served-By"));
+  // cluster.sh names each replica as its HAProxy server line (--replica-id rI).
+  EXPECT_EQ(r1->get_header_value("X-Mnemo-Replica"), r1->get_header_value("X-Mnemo-Served-By"));
   EXPECT_GT(Json::parse(r2->body)["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), 0)
       << "the second turn reached the replica holding the conversation's KV";
   if (has_redis_) {

@@ -98,6 +98,14 @@ TEST(Http, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
   auto h = c.c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+  // Without --replica-id the replica is named hostname:port, on every response, errors included.
+  const std::string replica = ok->get_header_value("X-Mnemo-Replica");
+  EXPECT_TRUE(replica.size() > 1 + std::to_string(server.port()).size() &&
+              replica.ends_with(":" + std::to_string(server.port())))
+      << replica;
+  EXPECT_EQ(h->get_header_value("X-Mnemo-Replica"), replica);
+  EXPECT_EQ(c.Get("/v1/responses/resp_00000000000000000000000000000000")->get_header_value("X-Mnemo-Replica"), replica);
+  EXPECT_EQ(Json::parse(h->body).value("replica", ""), replica);
 }
 
 TEST(Http, OneKeysObjectsAreNotFoundForAnother) {

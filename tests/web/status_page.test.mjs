@@ -1,12 +1,14 @@
 // The live status page of mnemo serve in a real browser (headless Debian Chromium driven by
 // playwright-core): it loads with its charts and no console errors, and its numbers move while
-// a small chat load runs against the same server.
+// a small chat load runs against the same server. The server has a --replica-id, which the page
+// shows, and, when the ctest Redis fixture runs (MNEMO_REDIS_URL_FILE), a remote KV tier, whose
+// figures the page shows.
 //
 // Run directly with node (ctest does): exits 77 (ctest: skipped) with a message when Chromium or
 // node_modules is missing.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './server.mjs';
 
@@ -53,11 +55,23 @@ function startLoad(url) {
   };
 }
 
+// The fixture's Redis (tests/kv/redis_test_server.sh), database 5 (other tests keep to theirs); ''
+// without one.
+function redisUrl() {
+  const file = process.env.MNEMO_REDIS_URL_FILE;
+  if (!file || !existsSync(file)) return '';
+  const url = readFileSync(file, 'utf8').trim();
+  return url ? url + '/5' : '';
+}
+const REDIS = redisUrl();
+const REPLICA = 'status-page-test';
+
 let server, load, context, page;
 const consoleErrors = [];
 
 before(async () => {
-  server = await startServer(['--kv-t0-mb', '1', '--kv-t1-mb', '4', '--kv-disk-mb', '0']);
+  server = await startServer(['--kv-t0-mb', '1', '--kv-t1-mb', '4', '--kv-disk-mb', '0', '--replica-id', REPLICA,
+    ...(REDIS ? ['--kv-remote', REDIS] : [])]);
   load = startLoad(server.url);
   context = await chromium.launchPersistentContext(join(server.dir, 'chromium-profile'), {  // a fresh profile
     executablePath: CHROMIUM,
@@ -133,4 +147,26 @@ test('its numbers move while requests are served', async () => {
   assert.deepEqual(errors, []);
   assert.deepEqual(consoleErrors, []);
   if (process.env.MNEMO_WEB_SCREENSHOT) await page.screenshot({ path: process.env.MNEMO_WEB_SCREENSHOT, fullPage: true });
+});
+
+test('it names the replica and shows the remote KV tier', async () => {
+  const r = await fetch(server.url + '/health');
+  assert.equal(r.headers.get('x-mnemo-replica'), REPLICA, 'X-Mnemo-Replica on responses');
+  assert.equal((await r.json()).replica, REPLICA);
+  await page.waitForFunction((id) => window.mnemoStatus.last && window.mnemoStatus.last.replica === id, REPLICA,
+    { timeout: 15000 });
+  assert.equal(await page.textContent('#replica'), 'replica ' + REPLICA);
+  if (!REDIS) {
+    console.log('no Redis fixture (MNEMO_REDIS_URL_FILE): the remote tier panel is checked hidden only');
+    assert.equal(await page.isVisible('#remote'), false, 'no remote tier, no panel');
+    return;
+  }
+  // The turns' full chunks are put soon after each turn (write-behind).
+  await page.waitForFunction(() => Number(document.getElementById('remote-puts').dataset.value) > 0, null,
+    { timeout: 20000 });
+  assert.equal(await page.isVisible('#remote'), true);
+  assert.equal(await kpi('remote-up'), 1);
+  assert.ok(await kpi('remote-written') > 0);
+  assert.ok(await kpi('remote-gets') >= 0 && await kpi('remote-hits') >= 0);
+  assert.deepEqual(consoleErrors, []);
 });
