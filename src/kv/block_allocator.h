@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/huge_pages.h"
+
 namespace mnemo {
 
 class BlockAllocator {
@@ -33,7 +35,7 @@ class BlockAllocator {
     int32_t next;  // next free block, kNil at the tail; unused when allocated
     int32_t prev;  // previous free block, kNil at the head; kTaken when allocated
   };
-  std::vector<Link> links_;  // [n_blocks]
+  HugeVector<Link> links_;  // [n_blocks]
   int32_t head_ = kNil;      // oldest free block
   int32_t tail_ = kNil;      // newest free block
   int32_t n_free_ = 0;

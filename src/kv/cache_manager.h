@@ -363,7 +363,7 @@ class CacheManager {
   PagedVector<ChunkRec> recs_;
   VictimIndex index_;  // the evictable records of each tier, for PickVictim
   int pinned_ = 0;  // held records with pins > 0 (all in T0 or landing there)
-  std::vector<int32_t> free_recs_;
+  HugeVector<int32_t> free_recs_;
   std::unordered_map<SessionId, SessionRec> sessions_;
   SlotMap<InFlight> in_flight_;  // by op id (the map mints the ids)
   std::vector<TransferOp> queued_;

@@ -34,6 +34,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/huge_pages.h"
+
 #include "kv/eviction.h"
 
 namespace mnemo {
@@ -78,7 +80,7 @@ class VictimIndex {
   struct Class {
     int tier = -1;  // -1: unused
     double weight = 0;
-    std::vector<Slot> heap;
+    HugeVector<Slot> heap;
   };
   // A class as the walks see it: its weight and its front's (oldest record's) time.
   struct Front {
@@ -106,7 +108,7 @@ class VictimIndex {
   // Takes empty class c, whose front was at old_time, out of both orders.
   void DropClass(TierIndex& x, int32_t cls, double old_time);
 
-  std::vector<Entry> entries_;  // [records] by record id, grown on demand
+  HugeVector<Entry> entries_;  // [records] by record id, grown on demand
   std::vector<Class> classes_;  // [classes ever needed at once], by id
   std::vector<int32_t> free_classes_;
   TierIndex tiers_[kTiers];
