@@ -1,15 +1,18 @@
 // The remote KV tier against a real Redis 7 server (tests/kv/redis_server.h): a put chunk comes
 // back bit for bit into another storage; absent, corrupt and truncated values are misses; a dead
-// or unreachable server fails fetches quickly and drops puts, and nothing waits past the timeouts.
+// or unreachable server fails fetches quickly and drops puts, and nothing waits past the timeouts;
+// copies out of T0 (write-behind) go through the transfer thread into puts.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "kv/remote_tier.h"
+#include "kv/transfer.h"
 #include "redis_server.h"
 
 namespace mnemo {
@@ -91,6 +94,51 @@ class RemoteTierTest : public ::testing::Test {
   RedisServer* redis_ = nullptr;
   RemoteKvSpace space_;
 };
+
+// Copies out of the tiers (CacheManager::PlanCopiesOut, dst kNone) on the transfer thread: each is
+// an Offer of its T0 block, reported ok when queued or already put, not ok when dropped (so the
+// cache manager plans it again) or when it names no chunk.
+TEST_F(RemoteTierTest, CopiesOutOnTheTransferThreadBecomePuts) {
+  KvStorage t0(Shape(), 4), back(Shape(), 4);
+  FillBlock(t0, 0, 3);
+  FillBlock(t0, 1, 7);
+  const auto toks = Tokens(64, 500);
+  auto collect = [](TransferEngine& te) {
+    te.WaitIdle();
+    std::map<uint64_t, bool> done;
+    for (auto [id, ok] : te.TakeCompleted()) done[id] = ok;
+    return done;
+  };
+  {
+    auto tier = RemoteTier::Create(Config(redis_->url()), space_);
+    ASSERT_TRUE(tier.ok());
+    TransferEngine te(&t0, nullptr, nullptr, tier->get());
+    const std::vector<TransferOp> ops = {{1, Tier::kT0, 0, Tier::kNone, -1, 7, 0}, {2, Tier::kT0, 1, Tier::kNone, -1, 7, 1},
+                                         {3, Tier::kT0, 1, Tier::kNone, -1, 7, 1}, {4, Tier::kT0, 1, Tier::kNone, -1, 7, 1}};
+    te.Submit(ops, {}, {RemoteChunkOf(toks, 0), RemoteChunkOf(toks, 1), RemoteChunkOf(toks, 1), std::nullopt});
+    const auto done = collect(te);
+    EXPECT_EQ(done, (std::map<uint64_t, bool>{{1, true}, {2, true}, {3, true}, {4, false}}))
+        << "queued, queued, put already, no chunk named";
+    ASSERT_TRUE(WaitPuts(**tier, 2));
+    EXPECT_EQ((*tier)->stats().puts, 2);
+    EXPECT_EQ(te.stats().bytes_out, 0) << "a copy out moves nothing between tiers";
+  }
+  auto ok = FetchAll(**RemoteTier::Create(Config(redis_->url()), space_),
+                     {{1, RemoteChunkOf(toks, 0), &back, 2}, {2, RemoteChunkOf(toks, 1), &back, 3}});
+  EXPECT_TRUE(ok[0] && ok[1]);
+  EXPECT_TRUE(SameBlock(t0, 0, back, 2));
+  EXPECT_TRUE(SameBlock(t0, 1, back, 3));
+
+  // A queue too small for one value drops every put: reported not taken.
+  RemoteTierConfig tiny = Config(redis_->url());
+  tiny.max_queued_bytes = 16;
+  auto dropping = RemoteTier::Create(tiny, RemoteKvSpace{FreshModel(), DType::F32, Shape().BlockBytes()});
+  ASSERT_TRUE(dropping.ok());
+  TransferEngine te(&t0, nullptr, nullptr, dropping->get());
+  te.Submit({{9, Tier::kT0, 0, Tier::kNone, -1, 7, 0}}, {}, {RemoteChunkOf(toks, 0)});
+  EXPECT_EQ(collect(te), (std::map<uint64_t, bool>{{9, false}}));
+  EXPECT_EQ((*dropping)->stats().puts_dropped, 1);
+}
 
 TEST_F(RemoteTierTest, PutChunkComesBackBitForBitElsewhere) {
   KvStorage a(Shape(), 4), b(Shape(), 4);
