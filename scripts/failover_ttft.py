@@ -44,6 +44,9 @@ def redis_command(port, *args):
         return s.recv(4096).decode().split("\r\n")[0]
 
 
+LIVE = []  # servers started and not yet killed (stopped on the way out, whatever happened)
+
+
 class Server:
     """`mnemo serve` on a free port; its stderr goes to a log file."""
 
@@ -51,6 +54,7 @@ class Server:
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([mnemo, "serve", "--port", "0"] + flags, stderr=self.log, stdout=subprocess.DEVNULL)
+        LIVE.append(self)
         deadline = time.time() + 60
         self.url = None
         while time.time() < deadline and self.url is None:
@@ -103,6 +107,8 @@ class Server:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         self.log.close()
+        if self in LIVE:
+            LIVE.remove(self)
 
 
 def main():
@@ -167,6 +173,8 @@ def main():
                           "speedup": round(med["recompute"] / med["redis"], 2) if med["redis"] > 0 else None},
                          indent=1))
     finally:
+        for srv in list(LIVE):
+            srv.kill()
         redis.kill()
         redis.wait()
         shutil.rmtree(work, ignore_errors=True)
