@@ -227,6 +227,20 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   auto rendered = RenderText(spec);
   if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
   const std::string text = std::move(std::get<std::string>(rendered));
+  auto too_long = [&](size_t tokens, const char* at_least) {
+    return ApiError{400, "invalid_request_error",
+                    "the context has " + std::string(at_least) + std::to_string(tokens) +
+                        " tokens; this model's maximum context is " + std::to_string(engine_.max_context() - 1) +
+                        " tokens",
+                    spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
+  };
+  // Refused before tokenizing when even the fewest tokens this text can make do not fit: a 7 MB
+  // prompt took a worker 5 s to tokenize only to be refused, and each left ~26 MB in that worker's
+  // malloc arena (RSS 30 -> 264 MB over 12 of them; issue 13). Any tokens that render to the text
+  // (its fresh encoding, or the session's tokens plus the appended ones) number at least this many.
+  if (const size_t at_least = text.size() / tok_.max_token_bytes();
+      static_cast<int64_t>(at_least) >= engine_.max_context())
+    return too_long(at_least, "at least ");
   std::optional<AppendPlan> ap;
   if (!spec.prompt) ap = PlanAppend(spec, text);
 
@@ -238,12 +252,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   for (;;) {
     if (!ap && tokens.empty()) tokens = Encode(spec, text);  // the whole rendering, outside the lock
     const size_t context = ap ? ap->cut + ap->append.size() : tokens.size();
-    if (static_cast<int64_t>(context) >= engine_.max_context()) {
-      return ApiError{400, "invalid_request_error",
-                      "the context has " + std::to_string(context) + " tokens; this model's maximum context is " +
-                          std::to_string(engine_.max_context() - 1) + " tokens",
-                      spec.prompt ? "prompt" : "messages", "context_length_exceeded"};
-    }
+    if (static_cast<int64_t>(context) >= engine_.max_context()) return too_long(context, "");
     std::lock_guard<std::mutex> lock(mu_);
     DropExpiredLocked();
     if (ap) {  // append to the session holding the history, if it is still as planned

@@ -93,6 +93,9 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   const std::vector<ChatMessage> msgs = WindowMessages(*window, reply, more, &n_old);
   auto a = template_.RenderAppend(msgs, n_old, /*add_generation_prompt=*/true);
   if (!a.ok()) return std::nullopt;
+  // Surely too long (the new text alone makes too many tokens, service.cpp): not tokenized here.
+  if (static_cast<int64_t>(prompt_end + a->tail.size() / tok_.max_token_bytes()) >= engine_.max_context())
+    return std::nullopt;
   auto turn = AppendAfterReply(tok_, prompt_tail, prev, reply_tokens, reply_text, *a);
   // An edited reply forks the session: the whole-history path does that.
   if (!turn || turn->match.kind == ReplyMatch::Kind::kEdited) return std::nullopt;

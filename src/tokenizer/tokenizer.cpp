@@ -79,6 +79,10 @@ Tokenizer::Tokenizer(const Vocab& vocab)
   token_to_id_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (!tokens_[i].empty()) token_to_id_[tokens_[i]] = static_cast<int32_t>(i);
+    // A token's stored text is never shorter than the input it covers: SPM stores a space as U+2581
+    // (3 bytes) and a fallback byte as "<0xXX>"; byte-level BPE stores each byte as a 1-2 byte
+    // character (an invalid byte, replaced by U+FFFD, as three); special tokens match their text.
+    max_token_bytes_ = std::max(max_token_bytes_, tokens_[i].size());
   }
   for (size_t i = 0; i < n; ++i) {
     const TokenType t = types_[i];

@@ -84,6 +84,9 @@ class Tokenizer {
   int32_t eos() const { return eos_; }
   int32_t unk() const { return unk_; }
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  // The most bytes of input text one token can stand for (the longest token text, at least 4):
+  // Encode(text) has at least text.size() / max_token_bytes() tokens, known without tokenizing.
+  size_t max_token_bytes() const { return max_token_bytes_; }
   const std::string& model() const { return model_; }  // "llama" or "gpt2"
   bool IsControl(int32_t id) const;  // control (BOS, EOS, chat markers); false for bad ids
   bool IsByte(int32_t id) const;     // SPM <0xXX> byte-fallback token
@@ -112,6 +115,7 @@ class Tokenizer {
   std::vector<TokenType> types_;       // [n_vocab]
   StringMap token_to_id_;              // text -> id; for duplicate texts the last id wins (llama.cpp)
   std::vector<int32_t> special_ids_;   // control / user-defined / unknown ids, longest text first
+  size_t max_token_bytes_ = 4;
   std::vector<uint8_t> is_eog_;        // [n_vocab] 1 for end-of-generation tokens
   int32_t bos_ = kNoToken;
   int32_t eos_ = kNoToken;

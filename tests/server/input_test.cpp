@@ -517,6 +517,37 @@ TEST(Input, FormEncodedBodiesAndRangeHeadersAreNotSpecial) {
   EXPECT_EQ(Json::parse(r->body, nullptr, false)["status"], "ok") << r->body;  // whole, not cut to 4 bytes
 }
 
+// A prompt far over the context is refused on a bound known without tokenizing (no token stands
+// for more than the vocabulary's longest token text): a 7 MB one took a worker 5 s to tokenize
+// before being refused, and each left ~26 MB in that worker's malloc arena. One just over the
+// context is still counted exactly.
+TEST(Input, OverLongPromptsAreRefusedBeforeTokenizing) {
+  ServerProcess server({"--db", TempDb("long")});
+  ASSERT_GT(server.port(), 0) << server.log();
+  Client c(server.port());
+  for (const auto& [text, at_least] : {std::pair{Repeat("once upon a time there was a little girl ", 50000), true},
+                                       std::pair{Repeat("once upon a time ", 200), false}}) {
+    const std::vector<std::pair<std::string, Json>> calls = {
+        {"/v1/responses", {{"input", text}, {"max_output_tokens", 2}}},
+        {"/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", 2}}},
+        {"/v1/completions", {{"prompt", text}, {"max_tokens", 2}}},
+    };
+    for (const auto& [path, body] : calls) {
+      const std::string what = path + " with " + std::to_string(text.size()) + " bytes";
+      auto r = c.Post(path, body.dump());
+      Json e = ErrorOf(r, what);
+      ASSERT_TRUE(e.is_object()) << what;
+      EXPECT_EQ(r->status, 400) << what;
+      EXPECT_EQ(e["code"], "context_length_exceeded") << what;
+      EXPECT_EQ(e["message"].get<std::string>().find("at least") != std::string::npos, at_least)
+          << what << ": " << e["message"];
+    }
+  }
+  auto r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body.substr(0, 300);
+}
+
 // Every response carries X-Request-Id: a sane client id is echoed, anything else (too long,
 // spaces, nothing) replaced by a generated one, on answers, errors, unknown routes and bodies over
 // the limit alike; the server logs errors under it.
