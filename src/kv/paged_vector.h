@@ -47,7 +47,8 @@ class PagedVector {
   static constexpr size_t kPageBytes = (kPage * sizeof(T) + alignof(std::max_align_t) - 1) &
                                        ~(alignof(std::max_align_t) - 1);
   static constexpr size_t kPagesPerRegion = kHugePage >= kPageBytes ? kHugePage / kPageBytes : 1;
-  static constexpr size_t kRegionBytes = kPagesPerRegion * kPageBytes;
+  // Whole huge pages (AllocHuge maps nothing smaller than kHugeMin on huge pages).
+  static constexpr size_t kRegionBytes = (kPagesPerRegion * kPageBytes + kHugePage - 1) / kHugePage * kHugePage;
 
   void AddPage() {
     if (pages_.size() % kPagesPerRegion == 0) {

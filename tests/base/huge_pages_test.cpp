@@ -9,16 +9,17 @@ namespace mnemo {
 namespace {
 
 TEST(HugePages, LargeAllocationsAreAlignedWritableAndFreed) {
-  for (size_t bytes : {kHugeMin, kHugePage, 3 * kHugePage + 17}) {
+  for (size_t bytes : {kHugeMin, kHugePage + 1, 3 * kHugePage + 17}) {
     void* p = AllocHuge(bytes);
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePage, 0u) << bytes;
+    EXPECT_EQ(static_cast<unsigned char*>(p)[bytes / 2], 0) << bytes;  // zeroed
     std::memset(p, 0xab, bytes);
     EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], 0xab);
     FreeHuge(p, bytes);
   }
   void* small = AllocHuge(100);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % alignof(std::max_align_t), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % kSmallAlign, 0u);
   FreeHuge(small, 100);
 }
 

@@ -6,9 +6,9 @@
 
 namespace mnemo::kernels::detail {
 
-// Zero-initialised memory; from 2 MiB on, 2 MiB aligned and advised for transparent huge pages. With 4 KiB pages a
-// weight-streaming GEMV on this machine is TLB-bound: one core read 256 MB at ~11 GB/s with
-// small pages and ~20 GB/s with huge ones. Move-only; no copies of big buffers.
+// Zero-initialised memory from base/huge_pages.h: from 2 MiB on, on transparent huge pages (a
+// weight-streaming GEMV is TLB-bound on 4 KiB pages); 64-byte aligned below. Move-only; no copies
+// of big buffers.
 class HugeBuffer {
  public:
   HugeBuffer() = default;
@@ -21,6 +21,7 @@ class HugeBuffer {
 
  private:
   struct Free {
+    size_t bytes;  // (no initialiser: GCC cannot use one of a nested class inside its enclosing class)
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> p_;
