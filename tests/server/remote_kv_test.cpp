@@ -84,12 +84,21 @@ class RemoteKv : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(RemoteKv, FreshReplicaContinuesFromRedisWithTheSameOutput) {
-  std::string why;
-  RedisServer* redis = RedisServer::Shared(&why);
-  if (!redis) GTEST_SKIP() << why;
-  const std::string url = redis->url() + "/" + std::to_string(kDb);
-  ASSERT_EQ(RedisServer::RunAt(url, {"FLUSHDB"}), "OK");
+// On the ctest fixture's shared redis-server, database kDb emptied first (url: that database).
+class RemoteKvShared : public RemoteKv {
+ protected:
+  void SetUp() override {
+    RemoteKv::SetUp();
+    std::string why;
+    RedisServer* redis = RedisServer::Shared(&why);
+    if (!redis) GTEST_SKIP() << why;
+    url = redis->url() + "/" + std::to_string(kDb);
+    ASSERT_EQ(RedisServer::RunAt(url, {"FLUSHDB"}), "OK");
+  }
+  std::string url;
+};
+
+TEST_F(RemoteKvShared, FreshReplicaContinuesFromRedisWithTheSameOutput) {
 
   // Replica A serves two turns, then stops: its KV reaches Redis (at the latest, at shutdown).
   std::string r1, a2;
@@ -134,12 +143,7 @@ TEST_F(RemoteKv, FreshReplicaContinuesFromRedisWithTheSameOutput) {
 // Write-behind: a replica killed with SIGKILL (no shutdown, its KV never left T0) has put the full
 // chunks of the turns it finished, so a fresh replica on the same Redis continues the conversation
 // from them, with the same output, instead of recomputing its history.
-TEST_F(RemoteKv, KilledReplicasFinishedTurnsAreInRedis) {
-  std::string why;
-  RedisServer* redis = RedisServer::Shared(&why);
-  if (!redis) GTEST_SKIP() << why;
-  const std::string url = redis->url() + "/" + std::to_string(kDb);
-  ASSERT_EQ(RedisServer::RunAt(url, {"FLUSHDB"}), "OK");
+TEST_F(RemoteKvShared, KilledReplicasFinishedTurnsAreInRedis) {
 
   std::string r1, a2;
   int history = 0;  // tokens of the branch B continues (A's first turn, prompt and reply)
