@@ -146,6 +146,7 @@ void RemoteTier::MarkDown(const Error& e) {
   // Puts queued now would only wait for the connection: drop them.
   std::lock_guard<std::mutex> lock(mu_);
   stats_.puts_dropped += static_cast<int64_t>(puts_.size());
+  for (const Put& p : puts_) ForgetLocked(p);
   puts_.clear();
   queued_bytes_ = 0;
   idle_cv_.notify_all();
@@ -238,6 +239,8 @@ void RemoteTier::RunFills(std::vector<RemoteFill>& fills) {
   for (size_t i = 0; i < fills.size(); i++) completed_.push_back({fills[i].op, ok[i]});
 }
 
+void RemoteTier::ForgetLocked(const Put& p) { recent_.erase(RecentKey(p.id)); }
+
 void RemoteTier::RunPuts(std::vector<Put>& puts) {
   size_t bytes = 0;
   for (const auto& p : puts) bytes += p.value.size();
@@ -245,6 +248,7 @@ void RemoteTier::RunPuts(std::vector<Put>& puts) {
   if (!c) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.puts_dropped += static_cast<int64_t>(puts.size());
+    for (const Put& p : puts) ForgetLocked(p);
     queued_bytes_ -= std::min(queued_bytes_, bytes);
     return;
   }
@@ -261,6 +265,7 @@ void RemoteTier::RunPuts(std::vector<Put>& puts) {
   queued_bytes_ -= std::min(queued_bytes_, bytes);
   if (lost) {
     stats_.puts_failed += static_cast<int64_t>(puts.size());
+    for (const Put& p : puts) ForgetLocked(p);
   } else {
     stats_.puts += static_cast<int64_t>(puts.size());
     stats_.bytes_written += static_cast<int64_t>(bytes);

@@ -125,6 +125,9 @@ class RemoteTier {
   void MarkDown(const Error& e);
   void RunFills(std::vector<RemoteFill>& fills);
   void RunPuts(std::vector<Put>& puts);
+  // Puts that never reached Redis are no longer "put recently": a later offer of the same chunk
+  // (a demotion, a shutdown) is taken. Call with mu_ held.
+  void ForgetLocked(const Put& p);
 
   const RemoteTierConfig config_;
   const RemoteKvSpace space_;
@@ -144,7 +147,7 @@ class RemoteTier {
   size_t queued_bytes_ = 0;
   int busy_puts_ = 0;                // puts taken off the queue, not finished
   std::vector<std::pair<uint64_t, bool>> completed_;
-  std::unordered_set<uint64_t> recent_;  // chunks put (or queued) recently, by hash
+  std::unordered_set<uint64_t> recent_;  // chunks put (or queued) recently, by hash; not those dropped
   std::deque<uint64_t> recent_order_;    // oldest first; bounded
   RemoteStats stats_;
   bool stop_ = false;

@@ -56,6 +56,12 @@ class RedisServer {
     auto r = (*c)->Command(args);
     return r.ok() ? *r : "ERR: " + r.error().message;
   }
+  // Starts a killed server of our own again on the same port (empty: nothing is saved). False
+  // when it does not answer within 5 s.
+  bool Restart() {
+    Kill();
+    return Launch(port_);
+  }
   // Kills the server now (SIGKILL), as a crash would. Only for servers of our own.
   void Kill() {
     if (pid_ > 0) {
@@ -115,41 +121,52 @@ class RedisServer {
       return nullptr;
     }
     s->dir_ = tmpl;
+    s->bin_ = bin;
     for (int attempt = 0; attempt < 5; attempt++) {
       const int port = 20000 + static_cast<int>((static_cast<unsigned>(getpid()) * 7919u + attempt * 104729u +
                                                  static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count())) %
                                                 30000u);
-      const std::vector<std::string> args = {bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
-                                             "--appendonly", "no", "--dir", s->dir_, "--logfile", s->dir_ + "/log",
-                                             "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"};
-      s->pid_ = fork();
-      if (s->pid_ == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        std::vector<char*> argv;
-        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
-        _exit(127);
-      }
-      s->url_ = "redis://127.0.0.1:" + std::to_string(port);
-      for (int i = 0; i < 100; i++) {  // up to 5 s
-        int status = 0;
-        if (waitpid(s->pid_, &status, WNOHANG) == s->pid_) {  // exited: the port was taken
-          s->pid_ = -1;
-          break;
-        }
-        if (Answers(s->url_)) return s;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      s->Kill();
+      if (s->Launch(port)) return s;
     }
     *why = "redis-server did not start (see " + s->dir_ + "/log)";
     s->dir_.clear();
     return nullptr;
   }
 
+  // Starts the server on `port` and waits (up to 5 s) until it answers; false when it exits (the
+  // port was taken) or never answers.
+  bool Launch(int port) {
+    const std::vector<std::string> args = {bin_, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                                           "--appendonly", "no", "--dir", dir_, "--logfile", dir_ + "/log",
+                                           "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru"};
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    port_ = port;
+    url_ = "redis://127.0.0.1:" + std::to_string(port);
+    for (int i = 0; i < 100; i++) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      if (Answers(url_)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    Kill();
+    return false;
+  }
+
+  std::string bin_;
   std::string url_;
   std::string dir_;
+  int port_ = -1;
   pid_t pid_ = -1;
 };
 

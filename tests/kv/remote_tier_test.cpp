@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kv/remote_tier.h"
@@ -231,6 +232,37 @@ TEST(RemoteTierDown, DeadServerFailsFastAndDropsPuts) {
   const RemoteStats s = (*tier)->stats();
   EXPECT_EQ(s.failed, 2);
   EXPECT_GE(s.puts_dropped, 1);
+}
+
+// A put that never reached Redis (the server was gone when the worker sent it) is not "put
+// recently": once Redis is back, the same chunk offered again is taken and stored. (It stayed in
+// the recent-key set, so that process never offered it again.)
+TEST(RemoteTierDown, PutsLostWhileDownAreTakenAgainWhenBack) {
+  std::string why;
+  auto redis = RedisServer::Private(&why);
+  if (!redis) GTEST_SKIP() << why;
+  const RemoteKvSpace space{FreshModel(), DType::F32, Shape().BlockBytes()};
+  KvStorage a(Shape(), 2);
+  FillBlock(a, 0, 5);
+  redis->Kill();
+  auto tier = RemoteTier::Create(Config(redis->url()), space);
+  ASSERT_TRUE(tier.ok());
+  const auto toks = Tokens(64, 1);
+  const RemoteChunkId id = RemoteChunkOf(toks, 0);
+  EXPECT_EQ((*tier)->Offer(id, a, 0), RemoteOffer::kQueued) << "not known to be down yet";
+  for (int i = 0; i < 100 && (*tier)->available(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_FALSE((*tier)->available()) << "the put found no server";
+  ASSERT_TRUE(redis->Restart());
+  RemoteOffer r = RemoteOffer::kDropped;
+  for (int i = 0; i < 150 && r == RemoteOffer::kDropped; i++) {  // up to 3 s; reconnection every 0.2 s
+    r = (*tier)->Offer(id, a, 0);
+    if (r == RemoteOffer::kDropped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(r, RemoteOffer::kQueued) << "the lost put is offered again, not skipped as known";
+  ASSERT_TRUE(WaitPuts(**tier, 1));
+  auto ok = FetchAll(**tier, {{1, id, &a, 1}});
+  EXPECT_TRUE(ok[0]);
+  EXPECT_TRUE(SameBlock(a, 1, a, 0));
 }
 
 TEST(RemoteTierDown, UnreachableServerIsBoundedByTheConnectTimeout) {
