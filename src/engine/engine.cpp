@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -378,7 +379,10 @@ void Engine::DiscardSession(SessionId id) {
   cv_.notify_all();
 }
 
-Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
+Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens, std::span<const int32_t> expect) {
+  if (!expect.empty() && expect.size() != static_cast<size_t>(n_tokens)) {
+    return MakeError(StatusCode::kInvalidArgument, "fork at %d expects %zu tokens", n_tokens, expect.size());
+  }
   auto minted = MintSessionId();
   if (!minted.ok()) return minted.error();
   Result<SessionId> out = Stopped();
@@ -388,13 +392,21 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens) {
       out = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
       return;
     }
+    // A turn queued or running on src is fine (src.busy): src.tokens is its committed log until
+    // the turn ends, and the cache manager shares only the KV src had before the turn. A
+    // composition reads src's KV on the transfer thread: nothing may take its blocks then.
     Session& src = it->second;
-    if (src.busy || src.composing) {
+    if (src.composing) {
       out = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
       return;
     }
     if (n_tokens < 0 || n_tokens > static_cast<int>(src.tokens.size())) {
       out = MakeError(StatusCode::kInvalidArgument, "fork point %d is outside the session's %zu tokens", n_tokens, src.tokens.size());
+      return;
+    }
+    if (!expect.empty() && !std::equal(expect.begin(), expect.end(), src.tokens.begin())) {
+      out = MakeError(StatusCode::kFailedPrecondition, "session %lld's log changed before the fork point %d",
+                      static_cast<long long>(id), n_tokens);
       return;
     }
     SessionId nid = minted->has_value() ? **minted : next_session_++;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -170,8 +171,16 @@ class Engine {
   // thread (it may wait on the network); its Error fails them (CreateSession returns -1). Without
   // one, ids count up from SetNextSessionId. Set before serving: not synchronized with callers.
   void SetSessionIdSource(std::function<Result<SessionId>()> source) { id_source_ = std::move(source); }
-  // A new session sharing the first n_tokens of id's log (copy-on-write KV).
-  Result<SessionId> ForkSession(SessionId id, int n_tokens);
+  // A new session sharing the first n_tokens of id's log (copy-on-write KV). id may have a turn
+  // queued or running: its log is what it had committed before that turn (a turn's tokens join
+  // the log only when it ends), so the fork never holds the turn's prompt, its generated tokens or
+  // their KV (CacheManager::Fork). expect, when not empty, is what the caller takes those
+  // n_tokens to be (expect.size() == n_tokens): a log that differs there (cut and regrown since
+  // the caller read it) fails with kFailedPrecondition and nothing is made. Cost on the engine
+  // thread: O(n_tokens) to copy the log (and compare it), plus one block copied when n_tokens is
+  // inside a chunk. Errors: kNotFound, kFailedPrecondition (a composition reads id, or expect
+  // differs), kInvalidArgument (n_tokens past the log), kUnavailable.
+  Result<SessionId> ForkSession(SessionId id, int n_tokens, std::span<const int32_t> expect = {});
   // Drops id's log (and KV) past n_tokens.
   Status TruncateSession(SessionId id, int n_tokens);
   // Errors: kNotFound.

@@ -191,7 +191,7 @@ void CacheManager::RemoveSession(SessionId s) {
 
 std::optional<TransferOp> CacheManager::Fork(SessionId src, SessionId dst, int n_tokens, double now) {
   SessionRec& a = sessions_.at(src);
-  MNEMO_CHECK(!a.acquired && !HasSession(dst) && n_tokens >= 0 && n_tokens <= a.kv_tokens);
+  MNEMO_CHECK(!HasSession(dst) && n_tokens >= 0 && n_tokens <= a.kv_tokens);
   SessionRec& b = sessions_[dst];
   const int full = n_tokens / kBlockTokens;
   for (int i = 0; i < full; i++) {

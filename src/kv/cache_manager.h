@@ -110,7 +110,14 @@ class CacheManager {
   //    T1 or T2 (AllocateIn evicts by the policy there), and dst's next Acquire waits for it;
   //  - only when no block can be had, or src's chunk is moving between tiers in a way that cannot
   //    be waited out, does dst recompute it (counted in stats().cow_recomputes).
-  // src must not be acquired.
+  // n_tokens <= kv_tokens(src). src may be acquired (a turn running on it: a fork of what it had
+  // before the turn). Its kv_tokens is then still the KV it had at Acquire, and the turn writes
+  // only at those positions and beyond (its partial last chunk and new chunks), never into the
+  // full chunks below n_tokens that dst shares, except to recompute a chunk whose KV was gone:
+  // such a chunk is kFilling, and dst, as any other owner, never reads it half-written (it
+  // recomputes it unless src's Release finished it first). The partial chunk at n_tokens is
+  // copied from src's block, which may already hold the turn's next positions: dst writes its
+  // own there before it reads them. When src is refilling that chunk, dst recomputes it.
   std::optional<TransferOp> Fork(SessionId src, SessionId dst, int n_tokens, double now);
   // Drops s's KV past n_tokens (s not acquired). A shared chunk left partial is unshared (its
   // owner will write into it next): s gets its own copy of the kept positions, planned as a

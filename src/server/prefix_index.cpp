@@ -21,7 +21,8 @@ PrefixIndex::Node* PrefixIndex::Split(Node* c, size_t k) {
   mid->parent = p;
   mid->edge.assign(c->edge.begin(), c->edge.begin() + static_cast<std::ptrdiff_t>(k));
   mid->depth = p->depth + k;
-  mid->idle_below = c->idle_below;
+  mid->continue_below = c->continue_below;
+  mid->fork_below = c->fork_below;
   std::unique_ptr<Node> owned = std::move(slot->second);
   owned->edge.erase(owned->edge.begin(), owned->edge.begin() + static_cast<std::ptrdiff_t>(k));
   owned->parent = mid.get();
@@ -57,8 +58,13 @@ PrefixIndex::Node* PrefixIndex::Descend(Node* from, std::span<const int32_t> tok
   return n;
 }
 
-void PrefixIndex::AddIdle(Node* n, int64_t delta) {
-  for (; n; n = n->parent) n->idle_below += delta;
+void PrefixIndex::AddUse(Node* n, Use use, int64_t delta) {
+  if (use == Use::kNone) return;
+  const int64_t cont = use == Use::kContinue ? delta : 0;
+  for (; n; n = n->parent) {
+    n->continue_below += cont;
+    n->fork_below += delta;
+  }
 }
 
 void PrefixIndex::Detach(int64_t id, Rec& r) {
@@ -66,7 +72,7 @@ void PrefixIndex::Detach(int64_t id, Rec& r) {
   auto it = std::find(here.begin(), here.end(), id);
   MNEMO_CHECK(it != here.end());
   here.erase(it);
-  if (r.idle) AddIdle(r.node, -1);
+  AddUse(r.node, r.use, -1);
 }
 
 void PrefixIndex::Prune(Node* n) {
@@ -78,12 +84,12 @@ void PrefixIndex::Prune(Node* n) {
   }
 }
 
-void PrefixIndex::Insert(int64_t id, const std::string& owner, std::span<const int32_t> tokens, bool idle) {
+void PrefixIndex::Insert(int64_t id, const std::string& owner, std::span<const int32_t> tokens, Use use) {
   MNEMO_CHECK_MSG(!sessions_.count(id), "PrefixIndex::Insert: the session is indexed already");
   Node* n = Descend(Root(owner), tokens);
   n->here.push_back(id);
-  sessions_.emplace(id, Rec{owner, n, idle});
-  if (idle) AddIdle(n, 1);
+  sessions_.emplace(id, Rec{owner, n, use});
+  AddUse(n, use, 1);
 }
 
 void PrefixIndex::Remove(int64_t id) {
@@ -108,7 +114,7 @@ void PrefixIndex::Append(int64_t id, std::span<const int32_t> more) {
   Node* m = Descend(n, more);  // below n: n is not pruned
   m->here.push_back(id);
   r.node = m;
-  if (r.idle) AddIdle(m, 1);
+  AddUse(m, r.use, 1);
 }
 
 void PrefixIndex::Truncate(int64_t id, size_t n) {
@@ -127,15 +133,16 @@ void PrefixIndex::Truncate(int64_t id, size_t n) {
   Detach(id, r);
   target->here.push_back(id);
   r.node = target;
-  if (r.idle) AddIdle(target, 1);
+  AddUse(target, r.use, 1);
   Prune(x);
 }
 
-void PrefixIndex::SetIdle(int64_t id, bool idle) {
+void PrefixIndex::SetUse(int64_t id, Use use) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.idle == idle) return;
-  it->second.idle = idle;
-  AddIdle(it->second.node, idle ? 1 : -1);
+  if (it == sessions_.end() || it->second.use == use) return;
+  AddUse(it->second.node, it->second.use, -1);
+  it->second.use = use;
+  AddUse(it->second.node, use, 1);
 }
 
 size_t PrefixIndex::Length(int64_t id) const {
@@ -143,33 +150,34 @@ size_t PrefixIndex::Length(int64_t id) const {
   return it == sessions_.end() ? 0 : it->second.node->depth;
 }
 
-int64_t PrefixIndex::AnyIdle(const Node* n, const std::unordered_map<int64_t, Rec>& sessions) {
+int64_t PrefixIndex::AnyAtLeast(const Node* n, Count count, Use least) const {
   for (;;) {
-    MNEMO_CHECK(n->idle_below > 0);
+    MNEMO_CHECK(n->*count > 0);
     for (int64_t id : n->here) {
-      if (sessions.at(id).idle) return id;
+      if (sessions_.at(id).use >= least) return id;
     }
     const Node* next = nullptr;
     for (const auto& [token, c] : n->children) {
-      if (c->idle_below > 0) {
+      if (c.get()->*count > 0) {
         next = c.get();
         break;
       }
     }
-    MNEMO_CHECK_MSG(next, "PrefixIndex: an idle count without an idle session");
+    MNEMO_CHECK_MSG(next, "PrefixIndex: a count without its session");
     n = next;
   }
 }
 
-std::pair<int64_t, size_t> PrefixIndex::Best(const std::string& owner, std::span<const int32_t> tokens) const {
+std::pair<int64_t, size_t> PrefixIndex::Match(const std::string& owner, std::span<const int32_t> tokens, Count count,
+                                              Use least) const {
   auto rit = roots_.find(owner);
   if (rit == roots_.end()) return {-1, 0};
-  // Idle counts only shrink going down: the deepest path node with one bounds the shared prefix.
+  // Counts only shrink going down: the deepest path node with one bounds the shared prefix.
   const Node* n = rit->second.get();
-  const Node* deepest = nullptr;  // the deepest fully matched path node with an idle session below
+  const Node* deepest = nullptr;  // the deepest fully matched path node with a matching session below
   size_t i = 0;
   for (;;) {
-    if (n->idle_below == 0) break;
+    if (n->*count == 0) break;
     deepest = n;
     if (i == tokens.size()) break;
     auto it = n->children.find(tokens[i]);
@@ -181,7 +189,7 @@ std::pair<int64_t, size_t> PrefixIndex::Best(const std::string& owner, std::span
     if (k < c->edge.size()) {
       // The request leaves c's edge after k tokens: every session under c shares exactly i + k
       // tokens and its log is longer; the sessions at or beside `deepest` share only i.
-      if (c->idle_below > 0) return {AnyIdle(c, sessions_), i + k};
+      if (c->*count > 0) return {AnyAtLeast(c, count, least), i + k};
       break;
     }
     n = c;
@@ -189,28 +197,31 @@ std::pair<int64_t, size_t> PrefixIndex::Best(const std::string& owner, std::span
   }
   // Sessions ending at `deepest` share all of their log; those on its side branches share its depth.
   if (!deepest || deepest->depth == 0) return {-1, 0};
-  return {AnyIdle(deepest, sessions_), deepest->depth};
+  return {AnyAtLeast(deepest, count, least), deepest->depth};
 }
 
 size_t PrefixIndex::CheckNode(const Node* n, const std::string& owner,
                               std::unordered_map<int64_t, const Node*>* seen) const {
   size_t nodes = 0;
-  int64_t idle = 0;
+  int64_t cont = 0, fork = 0;
   for (int64_t id : n->here) {
     auto it = sessions_.find(id);
     MNEMO_CHECK_MSG(it != sessions_.end(), "PrefixIndex: a node holds an unknown session");
     MNEMO_CHECK_MSG(it->second.node == n && it->second.owner == owner, "PrefixIndex: a session's node or owner");
     MNEMO_CHECK_MSG(seen->emplace(id, n).second, "PrefixIndex: a session at two nodes");
-    idle += it->second.idle ? 1 : 0;
+    cont += it->second.use == Use::kContinue ? 1 : 0;
+    fork += it->second.use != Use::kNone ? 1 : 0;
   }
   for (const auto& [token, c] : n->children) {
     MNEMO_CHECK_MSG(c->parent == n && !c->edge.empty() && c->edge[0] == token, "PrefixIndex: a child's key or parent");
     MNEMO_CHECK_MSG(c->depth == n->depth + c->edge.size(), "PrefixIndex: a child's depth");
     MNEMO_CHECK_MSG(!c->here.empty() || !c->children.empty(), "PrefixIndex: an empty leaf");
     nodes += 1 + CheckNode(c.get(), owner, seen);
-    idle += c->idle_below;
+    cont += c->continue_below;
+    fork += c->fork_below;
   }
-  MNEMO_CHECK_MSG(idle == n->idle_below, "PrefixIndex: an idle count");
+  MNEMO_CHECK_MSG(cont == n->continue_below, "PrefixIndex: a count of sessions to continue");
+  MNEMO_CHECK_MSG(fork == n->fork_below, "PrefixIndex: a count of sessions to fork");
   return nodes;
 }
 

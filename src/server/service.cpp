@@ -107,6 +107,7 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       Entry& e = s->sessions_[ss.id];
       e.owner = ss.owner;
       e.tokens = std::move(ss.tokens);
+      e.stored = true;
       s->IndexLocked(ss.id, 0);
       return Status::Ok();
     });
@@ -176,34 +177,38 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
     auto keyed = spec.hint.key.empty() ? keys_.end() : keys_.find(spec.owner + '\n' + spec.hint.key);
     if (spec.hint.session >= 0 && hinted != sessions_.end()) {
       const Entry& e = hinted->second;
-      if (e.owner == spec.owner && !e.busy && (mark = turn_of(e, spec.hint.end_token))) best = hinted->first;
+      if (e.owner == spec.owner && UseOf(e) != PrefixIndex::Use::kNone && (mark = turn_of(e, spec.hint.end_token))) {
+        best = hinted->first;
+      }
     } else if (keyed != keys_.end()) {
       auto it = sessions_.find(keyed->second);
       if (it != sessions_.end() && !it->second.busy && (mark = turn_of(it->second, -1))) best = it->first;
       explicit_session = true;
     } else {
       // Sessions branching from one prompt (n > 1 choices, regenerated replies) differ in their
-      // reply: the one whose reply is the client's, as its latest turn, is continued in place.
+      // reply: the one whose reply is the client's, as its latest turn, is continued in place. A
+      // session with a turn running can only be forked: an idle one is preferred.
       int best_rank = -1;
       for (const auto& [id, e] : sessions_) {
-        if (e.owner != spec.owner || e.busy || e.marks.empty()) continue;
+        if (e.owner != spec.owner || e.marks.empty() || UseOf(e) == PrefixIndex::Use::kNone) continue;
         const TurnMark* m = turn_of(e, -1);
         if (!m) continue;
         const bool latest = m == &e.marks.back() && e.tokens.size() == m->end;
-        const int rank = (m->reply == msgs[n_old].content ? 2 : 0) + (latest ? 1 : 0);
+        const int rank = (m->reply == msgs[n_old].content ? 4 : 0) + (latest && !e.busy ? 2 : 0) + (e.busy ? 0 : 1);
         if (rank > best_rank) {
           best = id;
           mark = m;
           best_rank = rank;
         }
-        if (rank == 3) break;
+        if (rank == 7) break;
       }
     }
     if (best < 0) return std::nullopt;
     const Entry& e = sessions_.at(best);
     plan.source = best;
     plan.version = e.version;
-    can_continue = mark == &e.marks.back() && e.tokens.size() == mark->end;
+    plan.cuts = e.cuts;
+    can_continue = !e.busy && mark == &e.marks.back() && e.tokens.size() == mark->end;
     prompt_end = mark->prompt_end;
     if (prompt_end == 0) return std::nullopt;
     reply_tokens.assign(e.tokens.begin() + static_cast<std::ptrdiff_t>(prompt_end),
@@ -257,14 +262,23 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     DropExpiredLocked();
     if (ap) {  // append to the session holding the history, if it is still as planned
       auto it = sessions_.find(ap->source);
-      if (it == sessions_.end() || it->second.version != ap->version || it->second.busy) {
+      // Idle, the source must be as planned. With a turn running on it (started since the plan,
+      // perhaps), it can only be forked, which needs only its log up to the cut as planned (no
+      // cut since; its turn appends only when it ends), and not when the client named it (a
+      // named session is rewritten in place).
+      const bool usable =
+          it != sessions_.end() &&
+          (!it->second.busy ? it->second.version == ap->version
+                            : spec.hint.key.empty() && UseOf(it->second) == PrefixIndex::Use::kFork &&
+                                  it->second.cuts == ap->cuts && ap->cut <= it->second.tokens.size());
+      if (!usable) {
         ap.reset();
         continue;
       }
       const Entry& e = it->second;
       target = ap->source;
       lcp = ap->cut;
-      plan = !ap->in_place ? Plan::kFork : lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;
+      plan = !ap->in_place || e.busy ? Plan::kFork : lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;
       tokens.assign(e.tokens.begin(), e.tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
       tokens.insert(tokens.end(), ap->append.begin(), ap->append.end());
     } else {  // the session sharing the longest token prefix
@@ -281,7 +295,9 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
         Entry& e = sessions_.at(target);
         size_t limit = spec.hint.end_token >= 0 ? static_cast<size_t>(spec.hint.end_token) : e.tokens.size();
         lcp = consider(target, limit);
-        plan = lcp == e.tokens.size() ? Plan::kContinue : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+        plan = lcp == e.tokens.size()                                       ? Plan::kContinue
+               : lcp >= size_t(config_.min_reuse_tokens) && Forkable(e) ? Plan::kFork
+                                                                            : Plan::kNew;
       } else if (kit != keys_.end() && sessions_.count(kit->second)) {
         target = kit->second;
         Entry& e = sessions_.at(target);
@@ -293,17 +309,22 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
         plan = lcp == e.tokens.size() ? Plan::kContinue : Plan::kTruncate;  // an explicit session is rewritten
       } else {
         std::tie(target, lcp) = BestSessionLocked(spec.owner, tokens);
+        // A session with a turn running may share more (the same conversation continued by
+        // concurrent requests): what it committed is forked.
+        if (auto [busy, n] = index_.BestFork(spec.owner, tokens); n > lcp) std::tie(target, lcp) = std::tie(busy, n);
         if (target >= 0) {
           const Entry& e = sessions_.at(target);
-          plan = lcp == e.tokens.size() && lcp > 0 ? Plan::kContinue
-                 : lcp >= size_t(config_.min_reuse_tokens) ? Plan::kFork : Plan::kNew;
+          plan = !e.busy && lcp == e.tokens.size() && lcp > 0                 ? Plan::kContinue
+                 : lcp >= size_t(config_.min_reuse_tokens) && Forkable(e) ? Plan::kFork
+                                                                            : Plan::kNew;
         }
       }
     }
     if (plan == Plan::kNew) lcp = 0;
     if (plan == Plan::kContinue || plan == Plan::kTruncate) {
-      sessions_.at(target).busy = true;
-      index_.SetIdle(target, false);
+      Entry& e = sessions_.at(target);
+      e.busy = true;
+      index_.SetUse(target, UseOf(e));
     }
     break;
   }
@@ -330,7 +351,9 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
   };
   int64_t id = -1;
   if (plan == Plan::kFork) {
-    auto f = engine_.ForkSession(target, static_cast<int>(lcp));
+    // tokens[0, lcp) is the source's log as planned: the engine refuses the fork if it changed
+    // since (cut, then regrown by a turn that ended meanwhile).
+    auto f = engine_.ForkSession(target, static_cast<int>(lcp), std::span<const int32_t>(tokens).first(lcp));
     if (f.ok()) {
       id = *f;
       st.fork_of = target;
@@ -338,7 +361,8 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
     } else if (gone(target)) {
       start_afresh(target);
     } else {
-      plan = Plan::kNew;  // the source got busy meanwhile: start afresh
+      spdlog::info("session {}: not forked at {} ({}); the turn starts a new session", target, lcp, f.error().message);
+      plan = Plan::kNew;  // its log changed, or a composition reads it: start afresh
       lcp = 0;
     }
   }
@@ -380,6 +404,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       e.busy = true;
       e.version++;
       const size_t kept = plan == Plan::kContinue ? e.tokens.size() : std::min(lcp, e.tokens.size());
+      if (plan == Plan::kTruncate) e.cuts++;
       if (plan != Plan::kContinue) e.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(lcp));
       IndexLocked(id, kept);
       if (plan == Plan::kTruncate) e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(lcp), lcp);
@@ -503,10 +528,12 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   Entry& e = sessions_[t.session];
   e.busy = keep && t.prefill;  // a prompt computed for n choices stays reserved for them (StartChoices)
   if (keep) e.unstored_prefix.clear();
+  if (keep && store_) e.stored = true;  // the commit above stored it (or its fork)
   const size_t kept = keep ? std::min(e.tokens.size(), static_cast<size_t>(r.log_begin)) : e.tokens.size();
   if (keep) {
     if (!nothing_new) e.store_truncate.reset();
     e.version++;
+    if (static_cast<size_t>(r.log_begin) < e.tokens.size()) e.cuts++;
     e.tokens.resize(r.log_begin);
     e.tokens.insert(e.tokens.end(), r.log_append.begin(), r.log_append.end());
     UnlinkLocked(t.session, e);
@@ -548,12 +575,12 @@ std::pair<int64_t, size_t> Service::BestSessionLocked(const std::string& owner, 
 void Service::IndexLocked(int64_t id, size_t kept) {
   const Entry& e = sessions_.at(id);
   if (!index_.Contains(id)) {
-    index_.Insert(id, e.owner, e.tokens, !e.busy);
+    index_.Insert(id, e.owner, e.tokens, UseOf(e));
     return;
   }
   if (kept < index_.Length(id)) index_.Truncate(id, kept);
   if (e.tokens.size() > kept) index_.Append(id, std::span<const int32_t>(e.tokens).subspan(kept));
-  index_.SetIdle(id, !e.busy);
+  index_.SetUse(id, UseOf(e));
   MNEMO_CHECK_MSG(index_.Length(id) == e.tokens.size(), "the prefix index lost step with a session's log");
 }
 

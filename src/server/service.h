@@ -12,6 +12,12 @@
 // not prefix-stable) the request is rendered and tokenized whole, and the session whose log shares
 // the longest token prefix is continued, or forked copy-on-write where they diverge.
 //
+// A session with a turn running is never continued by another request, but its committed log
+// (what it held before that turn) is forked like an idle session's: concurrent continuations of
+// one conversation (an agent's parallel calls on one history) each start from the cached history,
+// not from nothing. The running turn's tokens are not in that log, and the engine checks that the
+// log still begins with the tokens the fork was planned on (Engine::ForkSession).
+//
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
 
@@ -259,12 +265,14 @@ class Service : public ServedModel {
   struct AppendPlan {
     int64_t source = -1;        // the session
     uint64_t version = 0;       // its Entry::version the plan was made for
+    uint64_t cuts = 0;          // and its Entry::cuts (a fork at `cut` stays valid while they hold)
     bool in_place = false;      // continue the source itself (truncated to `cut`), else fork it there
     size_t cut = 0;             // log tokens kept
     std::vector<int32_t> append;  // the new turn's tokens after them
   };
   std::optional<AppendPlan> PlanAppend(const TurnSpec& spec, const std::string& text);
-  // The owner's idle session sharing the longest prefix with tokens (-1 if none) and that prefix.
+  // The owner's idle session sharing the longest prefix with tokens (-1 if none) and that prefix
+  // (what selective context composes from: a busy session cannot be read from).
   std::pair<int64_t, size_t> BestSession(const std::string& owner, const std::vector<int32_t>& tokens);
   std::pair<int64_t, size_t> BestSessionLocked(const std::string& owner, const std::vector<int32_t>& tokens);
 
@@ -283,8 +291,13 @@ class Service : public ServedModel {
     std::string owner;
     std::string key;              // client session key, "" if none
     std::vector<int32_t> tokens;  // mirror of the session's committed log
-    bool busy = false;            // a turn runs on it
+    bool busy = false;            // a turn runs on it: other requests may fork its log, never continue it
+    bool stored = false;          // the store holds it (its stored log begins with `tokens`): a fork of
+                                  // it can be stored (Store::ForkSession). False for a session made for
+                                  // a turn that has not committed yet (new, forked, composed)
     uint64_t version = 0;         // bumped whenever the log changes
+    uint64_t cuts = 0;            // bumped whenever the log is cut (its prefix may then be regrown
+                                  // with other tokens); appends and turn starts leave it
     std::vector<int32_t> unstored_prefix;  // a composed session's log, not yet in the store
     std::optional<int64_t> store_truncate;  // the engine's log was cut here; the store's not yet
     std::string text;             // the rendering of the latest templated turn; "" when unknown
@@ -304,6 +317,14 @@ class Service : public ServedModel {
   // Brings index_ in step with sessions_[id] after its log or busy flag changed; the log's first
   // `kept` tokens are as the index last saw them (cost: the tokens after `kept`). Callers hold mu_.
   void IndexLocked(int64_t id, size_t kept);
+  // Whether a fork of e could be committed: always without a store, else once the store holds e.
+  bool Forkable(const Entry& e) const { return !store_ || e.stored; }
+  // What requests may make of e (PrefixIndex::Use): continue or fork it when idle; while a turn
+  // runs on it, fork what it committed, if that can be stored.
+  PrefixIndex::Use UseOf(const Entry& e) const {
+    if (!e.busy) return PrefixIndex::Use::kContinue;
+    return Forkable(e) ? PrefixIndex::Use::kFork : PrefixIndex::Use::kNone;
+  }
   // Forgets session id (and its client key). Callers hold mu_.
   void ForgetLocked(int64_t id);
   // Forgets the sessions the engine expired (session TTL, max sessions). Callers hold mu_.

@@ -110,7 +110,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
     auto it = sessions_.find(source);
     if (it == sessions_.end() || it->second.version != version || it->second.busy) return std::nullopt;
     it->second.busy = true;
-    index_.SetIdle(source, false);
+    index_.SetUse(source, UseOf(it->second));
   }
   StartedTurn st;
   st.session = source;
@@ -143,6 +143,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
     UnlinkLocked(source, e);  // its latest turn changes
     e.version++;
     if (truncate) {
+      e.cuts++;
       e.tokens.resize(cut);
       e.store_truncate = std::min<int64_t>(e.store_truncate.value_or(cut), static_cast<int64_t>(cut));
     }

@@ -403,6 +403,61 @@ TEST(Engine, ForkSharesHistory) {
   EXPECT_FALSE((*e)->DeleteSession(s).ok());
 }
 
+// A fork of a session whose turn is running takes the log it committed before that turn: the
+// turn's prompt and generated tokens (and their KV) never reach the fork, whose turn equals
+// recomputation and reads the shared history from T0; the running turn is not disturbed. A fork
+// expecting other tokens than the log holds is refused.
+TEST(Engine, ForkOfASessionWithATurnRunningTakesItsCommittedLog) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  SessionId s = (*e)->CreateSession();
+  Rng rng(31);
+  auto first = RandomTokens(rng, 69);
+  first.insert(first.begin(), 1);
+  ASSERT_EQ((*(*e)->Submit(Greedy(s, first, 10)))->Wait().finish_reason, FinishReason::kLength);
+  const std::vector<int32_t> committed = (*e)->GetSession(s)->tokens;
+  ASSERT_EQ(committed.size(), 80u);
+  const auto busy_more = RandomTokens(rng, 30);
+  std::vector<int32_t> busy_ctx = committed;
+  busy_ctx.insert(busy_ctx.end(), busy_more.begin(), busy_more.end());
+  auto running = (*e)->Submit(Greedy(s, busy_more, 300));
+  ASSERT_TRUE(running.ok());
+  TurnEvent ev;
+  ASSERT_TRUE((*running)->Next(&ev));
+  ASSERT_EQ(ev.kind, TurnEvent::kText);  // generating: its prompt's KV is written, past position 79
+  ASSERT_TRUE((*e)->GetSession(s)->busy);
+  // Forked at a chunk boundary, inside the chunk the turn writes, at the whole log; all while the
+  // turn runs (it is still busy after them: it has hundreds of steps to go).
+  const int at[3] = {64, 70, 80};
+  SessionId forks[3];
+  for (int i = 0; i < 3; i++) {
+    auto f = (*e)->ForkSession(s, at[i], std::span<const int32_t>(committed).first(at[i]));
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    forks[i] = *f;
+  }
+  std::vector<int32_t> other(committed.begin(), committed.begin() + 40);
+  other[39] = other[39] == 5 ? 6 : 5;
+  EXPECT_EQ((*e)->ForkSession(s, 40, other).error().code, StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*e)->GetSession(s)->busy);
+  std::shared_ptr<TurnHandle> turns[3];
+  std::vector<int32_t> ctx[3];
+  for (int i = 0; i < 3; i++) {
+    ctx[i] = (*e)->GetSession(forks[i])->tokens;
+    ASSERT_EQ(ctx[i], std::vector<int32_t>(committed.begin(), committed.begin() + at[i]));
+    auto more = RandomTokens(rng, 9);
+    ctx[i].insert(ctx[i].end(), more.begin(), more.end());
+    turns[i] = *(*e)->Submit(Greedy(forks[i], more, 5));
+  }
+  for (int i = 0; i < 3; i++) {
+    const std::string what = "fork at " + std::to_string(at[i]) + " of a session with a turn running";
+    TurnResult r = turns[i]->Wait();
+    ExpectMatches(r, FromScratch(ctx[i], 5), what);
+    EXPECT_EQ(r.sources.t0, std::min(at[i], 79)) << what;  // the log's last token never had KV
+  }
+  ExpectMatches((*running)->Wait(), FromScratch(busy_ctx, 300), "the running turn");
+  EXPECT_EQ((*e)->GetSession(s)->tokens.size(), 80u + 30 + 300);
+}
+
 // Forking inside a chunk while T0 is full (no free block, no reserve): a chunk chosen by the
 // policy makes room (dropped without a host tier; with one, demoted while the partial chunk is
 // copied through T1), so the fork's turn recomputes nothing, and it equals recomputation.

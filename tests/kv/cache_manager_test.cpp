@@ -404,6 +404,47 @@ TEST(CacheManager, ForkSharesFullChunks) {
   EXPECT_TRUE(cm.CheckInvariants());
 }
 
+// A fork of a session while a turn runs on it (acquired): dst shares the full chunks below the
+// fork point, which the turn never writes, and gets its own copy of the partial chunk the turn is
+// writing past the fork point; the turn's chunks past its KV at Acquire are never dst's. A chunk the
+// turn is recomputing is shared but not read half-written: dst recomputes it while it is filling,
+// and hits it once the turn's Release finished it.
+TEST(CacheManager, ForkOfAnAcquiredSessionTakesOnlyItsKvBeforeTheTurn) {
+  CacheManager cm({16, 0, 0, 0.0}, Policy("pensieve"));
+  cm.AddSession(1, 0);
+  ASSERT_EQ(Turn(cm, 1, 80, 0), Admission::kOk);
+  cm.Invalidate(1, 0);  // its KV gone: the next turn recomputes chunk 0
+  CacheManager::Acquired a;
+  ASSERT_EQ(cm.Acquire(1, 150, 1, &a), Admission::kOk);  // the turn: positions 80..149
+  ASSERT_EQ(a.recompute, std::vector<int>{0});
+  EXPECT_EQ(cm.kv_tokens(1), 80);
+  auto copy = cm.Fork(1, 2, 70, 2);  // while acquired
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->src_block, a.block_table[2]);  // chunk 2 holds positions 64..69 (and the turn's 80..)
+  EXPECT_TRUE(cm.CheckInvariants());
+  CacheManager::Acquired b;
+  ASSERT_EQ(cm.Acquire(2, 75, 3, &b), Admission::kOk);  // both run
+  ASSERT_EQ(b.block_table.size(), 3u);
+  EXPECT_EQ(b.block_table[0], a.block_table[0]);
+  EXPECT_EQ(b.block_table[1], a.block_table[1]);
+  EXPECT_EQ(b.block_table[2], copy->dst_block);
+  EXPECT_NE(b.block_table[2], a.block_table[2]);
+  EXPECT_EQ(b.recompute, std::vector<int>{0});  // chunk 0 is filling: never read half-written
+  EXPECT_EQ(b.hit_tokens[0], 70 - 32);
+  cm.Release(2, 75, 4);
+  cm.Release(1, 150, 5);
+  EXPECT_TRUE(cm.CheckInvariants());
+  // The turn finished chunk 0: a second fork's turn reads it.
+  ASSERT_EQ(cm.Fork(1, 3, 64, 6), std::nullopt);
+  CacheManager::Acquired c;
+  ASSERT_EQ(cm.Acquire(3, 70, 7, &c), Admission::kOk);
+  EXPECT_TRUE(c.recompute.empty());
+  EXPECT_EQ(c.hit_tokens[0], 64);
+  EXPECT_EQ(c.block_table[0], a.block_table[0]);
+  cm.Release(3, 70, 8);
+  EXPECT_TRUE(cm.CheckInvariants());
+}
+
 // Fork with T0 full and no lower tier: a chunk chosen by the policy is dropped to make room, and
 // the fork's partial chunk is copied at once instead of being recomputed.
 TEST(CacheManager, ForkWithAFullComputeTierEvictsToKeepThePartialChunk) {

@@ -1,9 +1,10 @@
 // A random-operation driver over a CacheManager for property tests: turns (some stopped part way,
 // as a suspension does; some growing; some followed by copies out of their full chunks, as the
-// remote tier's write-behind makes), forks at any point, truncations, invalidations, removals,
-// the engine's upkeep (sometimes skipped, so Acquire runs twice in a row), and transfers that
-// complete in and out of order, some failing. After every step it checks CheckInvariants (every
-// chunk record's fields fit its state, chunk_state.h) and then whatever the test adds (Hooks).
+// remote tier's write-behind makes; some forked while they run), forks at any point, truncations,
+// invalidations, removals, the engine's upkeep (sometimes skipped, so Acquire runs twice in a row),
+// and transfers that complete in and out of order, some failing. After every step it checks
+// CheckInvariants (every chunk record's fields fit its state, chunk_state.h) and then whatever the
+// test adds (Hooks).
 //
 // Used by cache_manager_test (exact KV served through copies) and victim_index_test (every victim
 // equals a brute-force scan).
@@ -82,6 +83,7 @@ struct RandomOpsConfig {
   int max_new_tokens = 70;       // a turn appends 1..max_new_tokens positions
   int grow_one_in = 4;           // a turn that finished grows by 40 positions with chance 1/grow_one_in
   bool fractional_time = false;  // the clock moves by 0, .25, .5 or .75 per step (ties); else by 1
+  int fork_running_one_in = 6;   // a turn's session is forked while acquired with chance 1/this (0: never)
 };
 
 // Runs cfg.steps random operations on cm (whose sessions must not exist yet); returns the sessions
@@ -97,6 +99,12 @@ inline std::vector<SessionId> RunRandomOps(CacheManager& cm, const RandomOpsConf
   }
   const int t0 = cm.capacity(Tier::kT0);
   double now = 0;
+  auto trim = [&] {  // past max_sessions (forks added some), the oldest session is forgotten
+    if (static_cast<int>(live.size()) <= cfg.max_sessions) return;
+    cm.RemoveSession(live.front());
+    hooks.Removed(live.front());
+    live.erase(live.begin());
+  };
   for (int step = 0; step < cfg.steps; step++) {
     now += cfg.fractional_time ? double(rng.Next() % 4) * 0.25 : 1.0;
     const SessionId s = live[rng.Next() % live.size()];
@@ -113,6 +121,15 @@ inline std::vector<SessionId> RunRandomOps(CacheManager& cm, const RandomOpsConf
           end = want + 40;
           hooks.Grown(s, want, end, a.block_table, rng);
         }
+        // A fork of what s had before this turn, taken while the turn runs (the server forks a
+        // session whose turn is running at its committed log): it shares s's chunks that the turn
+        // is recomputing, and copies a partial chunk the turn has written past the fork point.
+        if (cfg.fork_running_one_in > 0 && rng.Next() % cfg.fork_running_one_in == 0) {
+          const int at = int(rng.Next() % (have + 1));
+          const SessionId d = next++;
+          hooks.Forked(s, d, at, cm.Fork(s, d, at, now));
+          live.push_back(d);
+        }
         // Pinned chunks stay in T0 while upkeep makes room for others.
         cm.Maintain(t0 / 2, now);
         EXPECT_TRUE(cm.HoldsT0(s, a.block_table)) << label << " step " << step;
@@ -122,6 +139,7 @@ inline std::vector<SessionId> RunRandomOps(CacheManager& cm, const RandomOpsConf
           cm.Release(s, end, now);
           if (rng.Next() % 2) hooks.CopiesOut(s, cm.PlanCopiesOut(s, end), rng);  // write-behind
         }
+        trim();
       } else if (r == Admission::kImpossible) {
         cm.Truncate(s, 0, now);
         hooks.Truncated(s, 0);
@@ -133,11 +151,7 @@ inline std::vector<SessionId> RunRandomOps(CacheManager& cm, const RandomOpsConf
       const SessionId d = next++;
       hooks.Forked(s, d, at, cm.Fork(s, d, at, now));
       live.push_back(d);
-      if (static_cast<int>(live.size()) > cfg.max_sessions) {  // forget the oldest
-        cm.RemoveSession(live.front());
-        hooks.Removed(live.front());
-        live.erase(live.begin());
-      }
+      trim();
     } else if (what < 17) {  // a truncation
       const int to = int(rng.Next() % (have + 1));
       cm.Truncate(s, to, now);

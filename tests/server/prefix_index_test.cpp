@@ -1,6 +1,7 @@
 // The token-prefix index of the service's session match against a brute-force scan (the rule
-// Service::BestSession had as a scan), under random inserts, appends, truncations, removals and
-// busy flips, many seeds; model-free.
+// Service::BestSession had as a scan, for sessions to continue and for sessions to fork), under
+// random inserts, appends, truncations, removals and changes of use (idle, busy, busy and not
+// forkable), many seeds; model-free.
 #include "server/prefix_index.h"
 
 #include <gtest/gtest.h>
@@ -15,19 +16,23 @@
 namespace mnemo {
 namespace {
 
+using Use = PrefixIndex::Use;
+
 struct Model {  // what the index stands for, scanned
   struct S {
     std::string owner;
     std::vector<int32_t> tokens;
-    bool idle = true;
+    Use use = Use::kContinue;
   };
   std::map<int64_t, S> sessions;
 
-  // The best shared prefix and the sessions the rule allows to be returned for it.
-  std::pair<size_t, std::set<int64_t>> Best(const std::string& owner, const std::vector<int32_t>& q) const {
+  // The best shared prefix and the sessions the rule allows to be returned for it: Best's (least
+  // kContinue: a session whose whole log is shared first) or BestFork's (least kFork: any).
+  std::pair<size_t, std::set<int64_t>> Best(const std::string& owner, const std::vector<int32_t>& q,
+                                            Use least = Use::kContinue) const {
     size_t best = 0;
     for (const auto& [id, s] : sessions) {
-      if (s.owner != owner || !s.idle) continue;
+      if (s.owner != owner || s.use < least) continue;
       size_t n = 0;
       while (n < s.tokens.size() && n < q.size() && s.tokens[n] == q[n]) n++;
       best = std::max(best, n);
@@ -35,14 +40,14 @@ struct Model {  // what the index stands for, scanned
     std::set<int64_t> all, whole;
     if (best == 0) return {0, {}};
     for (const auto& [id, s] : sessions) {
-      if (s.owner != owner || !s.idle) continue;
+      if (s.owner != owner || s.use < least) continue;
       size_t n = 0;
       while (n < s.tokens.size() && n < q.size() && s.tokens[n] == q[n]) n++;
       if (n != best) continue;
       all.insert(id);
       if (s.tokens.size() == n) whole.insert(id);
     }
-    return {best, whole.empty() ? all : whole};
+    return {best, whole.empty() || least == Use::kFork ? all : whole};
   }
 };
 
@@ -77,6 +82,12 @@ class Gen {
   Rng rng_;
 };
 
+// Mostly idle, as the service's sessions are.
+Use RandomUse(Gen& g) {
+  const int k = g.Int(8);
+  return k < 5 ? Use::kContinue : k < 7 ? Use::kFork : Use::kNone;
+}
+
 void RunSeed(uint64_t seed) {
   Gen g(seed);
   PrefixIndex index;
@@ -87,8 +98,8 @@ void RunSeed(uint64_t seed) {
     const int op = g.Int(10);
     if (m.sessions.empty() || op <= 1) {  // insert
       const int64_t id = next_id++;
-      Model::S s{owners[g.Int(3)], g.Near(m, 40), g.Int(4) != 0};
-      index.Insert(id, s.owner, s.tokens, s.idle);
+      Model::S s{owners[g.Int(3)], g.Near(m, 40), RandomUse(g)};
+      index.Insert(id, s.owner, s.tokens, s.use);
       m.sessions[id] = s;
     } else if (op == 2) {  // remove
       const int64_t id = g.Pick(m);
@@ -108,19 +119,23 @@ void RunSeed(uint64_t seed) {
       t.resize(n);
     } else if (op == 6) {  // busy / idle
       const int64_t id = g.Pick(m);
-      const bool idle = g.Int(2) == 0;
-      index.SetIdle(id, idle);
-      m.sessions[id].idle = idle;
+      const Use use = RandomUse(g);
+      index.SetUse(id, use);
+      m.sessions[id].use = use;
     } else {  // query
       const std::string& owner = owners[g.Int(3)];
       const auto q = g.Near(m, 40);
-      const auto [want, allowed] = m.Best(owner, q);
-      const auto [id, lcp] = index.Best(owner, q);
-      ASSERT_EQ(lcp, want) << "seed " << seed << " step " << step;
-      if (want == 0) {
-        ASSERT_EQ(id, -1) << "seed " << seed << " step " << step;
-      } else {
-        ASSERT_TRUE(allowed.count(id)) << "seed " << seed << " step " << step << ": session " << id;
+      for (Use least : {Use::kContinue, Use::kFork}) {
+        const auto [want, allowed] = m.Best(owner, q, least);
+        const auto [id, lcp] = least == Use::kContinue ? index.Best(owner, q) : index.BestFork(owner, q);
+        const std::string what = std::string(least == Use::kContinue ? "Best" : "BestFork") + " seed " +
+                                 std::to_string(seed) + " step " + std::to_string(step);
+        ASSERT_EQ(lcp, want) << what;
+        if (want == 0) {
+          ASSERT_EQ(id, -1) << what;
+        } else {
+          ASSERT_TRUE(allowed.count(id)) << what << ": session " << id;
+        }
       }
     }
     index.CheckInvariants();
@@ -139,11 +154,11 @@ TEST(PrefixIndex, MatchesABruteForceScanUnderRandomOperations) {
 TEST(PrefixIndex, PrefersASessionWhoseWholeLogIsTheSharedPrefix) {
   PrefixIndex index;
   const std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 3, 4, 9, 9}, q = {1, 2, 3, 4, 5};
-  index.Insert(7, "", b, true);
-  index.Insert(8, "", a, true);
+  index.Insert(7, "", b, Use::kContinue);
+  index.Insert(8, "", a, Use::kContinue);
   EXPECT_EQ(index.Best("", q), (std::pair<int64_t, size_t>{8, 4}));  // continue 8 rather than fork 7
-  index.SetIdle(8, false);
-  EXPECT_EQ(index.Best("", q), (std::pair<int64_t, size_t>{7, 4}));  // a busy session is never matched
+  index.SetUse(8, Use::kFork);
+  EXPECT_EQ(index.Best("", q), (std::pair<int64_t, size_t>{7, 4}));  // a busy session is never continued
   EXPECT_EQ(index.Best("other", q), (std::pair<int64_t, size_t>{-1, 0}));  // nor another owner's
   EXPECT_EQ(index.Best("", std::vector<int32_t>{2, 1}), (std::pair<int64_t, size_t>{-1, 0}));
   index.Remove(7);
@@ -151,18 +166,35 @@ TEST(PrefixIndex, PrefersASessionWhoseWholeLogIsTheSharedPrefix) {
   index.CheckInvariants();
 }
 
+// A busy session is forked (BestFork) where it shares more than any idle one, never continued
+// (Best); one that cannot be forked yet (kNone) is matched by neither.
+TEST(PrefixIndex, BestForkMatchesBusySessionsByTheirLog) {
+  PrefixIndex index;
+  const std::vector<int32_t> busy = {1, 2, 3, 4, 5, 6}, idle = {1, 2, 9}, q = {1, 2, 3, 4, 5, 6, 7};
+  index.Insert(1, "", busy, Use::kFork);
+  index.Insert(2, "", idle, Use::kContinue);
+  EXPECT_EQ(index.Best("", q), (std::pair<int64_t, size_t>{2, 2}));
+  EXPECT_EQ(index.BestFork("", q), (std::pair<int64_t, size_t>{1, 6}));
+  EXPECT_EQ(index.BestFork("", std::vector<int32_t>{1, 2, 9, 9}), (std::pair<int64_t, size_t>{2, 3}));
+  index.SetUse(1, Use::kNone);
+  EXPECT_EQ(index.BestFork("", q), (std::pair<int64_t, size_t>{2, 2}));
+  index.Insert(3, "", std::vector<int32_t>{1, 2, 3}, Use::kFork);  // inside 1's edge: a split
+  EXPECT_EQ(index.BestFork("", q), (std::pair<int64_t, size_t>{3, 3}));
+  index.CheckInvariants();
+}
+
 TEST(PrefixIndex, AppendingToALoneSessionGrowsItsLeafInPlace) {
   // The per-turn update of a conversation costs its new tokens: no node is added.
   PrefixIndex index;
   std::vector<int32_t> log = {5, 6, 7};
-  index.Insert(1, "", log, true);
-  index.Insert(2, "", std::vector<int32_t>{5, 6, 8}, true);  // a fork point at 2 tokens
+  index.Insert(1, "", log, Use::kContinue);
+  index.Insert(2, "", std::vector<int32_t>{5, 6, 8}, Use::kContinue);  // a fork point at 2 tokens
   const size_t nodes = index.num_nodes();
   for (int turn = 0; turn < 100; turn++) {
-    index.SetIdle(1, false);
+    index.SetUse(1, Use::kFork);
     std::vector<int32_t> more(40, turn);
     index.Append(1, more);
-    index.SetIdle(1, true);
+    index.SetUse(1, Use::kContinue);
     log.insert(log.end(), more.begin(), more.end());
   }
   EXPECT_EQ(index.num_nodes(), nodes);
@@ -187,8 +219,8 @@ TEST(PrefixIndex, LookupCostDoesNotGrowWithTheSessions) {
   for (int s = 0; s < kSessions; s++) {
     std::vector<int32_t> t = system;
     for (int i = 0; i < kOwn; i++) t.push_back(g.Int(32000));
-    index.Insert(s, "k", t, true);
-    m.sessions[s] = Model::S{"k", std::move(t), true};
+    index.Insert(s, "k", t, Use::kContinue);
+    m.sessions[s] = Model::S{"k", std::move(t), Use::kContinue};
   }
   std::vector<std::vector<int32_t>> queries;
   for (int q = 0; q < 64; q++) {
@@ -205,7 +237,7 @@ TEST(PrefixIndex, LookupCostDoesNotGrowWithTheSessions) {
     int64_t target = -1;
     size_t lcp = 0;
     for (const auto& [id, e] : m.sessions) {
-      if (e.owner != "k" || !e.idle) continue;
+      if (e.owner != "k" || e.use != Use::kContinue) continue;
       size_t n = 0;
       while (n < e.tokens.size() && n < q.size() && e.tokens[n] == q[n]) n++;
       if (n > lcp || (n == lcp && n > 0 && target >= 0 && e.tokens.size() == n)) {
