@@ -96,6 +96,7 @@ struct TurnResult {
                                     // (dropped or evicted history, and KV lost to a suspension):
                                     // each step's measured time shared among its tokens by the
                                     // calibrated cost of their positions (engine/cost_fit.h)
+  double grammar_seconds = 0;       // engine-thread time in the grammar matcher (masks and accepts)
   std::vector<float> first_logits;  // [vocab] when capture_logits
   int log_begin = 0;                // the session log length before this turn
   std::vector<int32_t> log_append;  // tokens this turn appended to the log (empty unless committed)

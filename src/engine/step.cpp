@@ -478,7 +478,9 @@ void Engine::RunBatch(const StepPlan& plan) {
     if (r.matcher) {
       // Tokens the turn may still generate, this one included: the grammar closes within them.
       const int budget = std::max(1, std::min(r.req.max_tokens - generated, max_context_ - static_cast<int>(r.seq.size())));
+      const double g0 = Now();
       Status st = r.matcher->FillMask(budget, &r.mask);
+      r.result.grammar_seconds += Now() - g0;
       if (!st.ok()) {
         r.result.error = st.error();
         spdlog::warn("session {}: grammar: {}", r.session->id, r.result.error.message);
@@ -498,7 +500,9 @@ void Engine::RunBatch(const StepPlan& plan) {
     if (generated == 0) r.result.ttft_seconds = t - r.submitted;
     if (r.matcher) {
       // Sample draws only allowed tokens, so this cannot fail but for a state limit.
+      const double g0 = Now();
       Status st = r.matcher->Accept(id);
+      r.result.grammar_seconds += Now() - g0;
       if (!st.ok()) {
         r.result.error = st.error();
         spdlog::warn("session {}: grammar: {}", r.session->id, r.result.error.message);

@@ -103,15 +103,59 @@ Automaton::StateId Automaton::ComputeTransition(StateId s, uint8_t b) {
   return InternState(next);
 }
 
-Automaton::StateId Automaton::Transition(StateId s, uint8_t b) {
-  if (states_[s].trans < 0) {
-    states_[s].trans = static_cast<int32_t>(trans_.size());
-    trans_.resize(trans_.size() + 256, kUnknown);
+// Bytes that the same stacks of s accept lead to the same state (ComputeTransition depends on the
+// byte only through which stack tops hold it), so the 256 bytes are split into classes by that
+// membership once per state: a byte no top holds is dead at once, and a transition computed for
+// one byte is written for its whole class. Inside a string, one computation then serves ~250
+// bytes, and a trie walk from a new state interns one next state per class, not per byte.
+void Automaton::NewTable(StateId s) {
+  const size_t off = trans_.size();
+  states_[s].trans = static_cast<int32_t>(off);
+  trans_.resize(off + 256, kUnknown);
+  byte_class_.resize(off + 256);
+  int16_t cls[256] = {};  // 0: held by no top so far
+  int16_t n_cls = 1;
+  int16_t split[512];     // old class -> the class its held bytes move to (labels stay < 512)
+  const State st = states_[s];
+  for (int32_t i = 0; i < st.count; ++i) {
+    const int32_t id = state_stacks_[st.first + i];
+    if (id == kEmptyStack) continue;
+    const ByteSet& set = grammar_->bytes(grammar_->elements()[stacks_[id].pos].arg);
+    std::fill(split, split + n_cls, int16_t{-1});
+    for (int b = 0; b < 256; ++b) {
+      if (!set.Has(static_cast<uint8_t>(b))) continue;
+      int16_t& to = split[cls[b]];
+      if (to < 0) to = n_cls++;
+      cls[b] = to;
+    }
+    // Relabel densely so that labels stay below 512 (at most 256 classes exist at once).
+    int16_t dense[512];
+    std::fill(dense, dense + n_cls, int16_t{-1});
+    int16_t n = 1;
+    dense[0] = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (dense[cls[b]] < 0) dense[cls[b]] = n++;
+      cls[b] = dense[cls[b]];
+    }
+    n_cls = n;
   }
-  int32_t t = trans_[states_[s].trans + b];
+  for (int b = 0; b < 256; ++b) {
+    byte_class_[off + b] = static_cast<uint16_t>(cls[b]);
+    if (cls[b] == 0) trans_[off + b] = kDead;
+  }
+}
+
+Automaton::StateId Automaton::Transition(StateId s, uint8_t b) {
+  if (states_[s].trans < 0) NewTable(s);
+  const size_t off = static_cast<size_t>(states_[s].trans);
+  int32_t t = trans_[off + b];
   if (t == kUnknown) {
     t = ComputeTransition(s, b);
-    if (!overflow_) trans_[states_[s].trans + b] = t;  // a refusal caused by a limit is not cached
+    if (overflow_) return t;  // a refusal caused by a limit is not cached
+    const uint16_t c = byte_class_[off + b];
+    for (int x = 0; x < 256; ++x) {
+      if (byte_class_[off + x] == c && trans_[off + x] == kUnknown) trans_[off + x] = t;
+    }
   }
   return t;
 }
@@ -173,8 +217,13 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
   at[0] = s;
   int32_t max_end = 0;
   int32_t best_minc = INT32_MAX, best_id = INT32_MAX;
+  bool best_on_path = false;
   StateId best = kDead;
   std::vector<int32_t> ends;
+  if (info && ++walk_stamp_ == 0) {  // the stamp wrapped: forget every old mark
+    std::fill(end_mark_.begin(), end_mark_.end(), 0);
+    walk_stamp_ = 1;
+  }
   int64_t visited = 0;
   for (int32_t i = 1; i < n;) {
     const TokenIndex::Node& node = nodes[i];
@@ -196,13 +245,21 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
       if (info) {
         const int32_t m = states_[t].minc;
         max_end = std::max(max_end, m);
-        // ids of one node ascend: the first is the lowest.
-        if (m < best_minc || (m == best_minc && ids[node.tok_begin] < best_id)) {
+        // The greedy token (GreedyWalk): along a shortest completion if any token is, then the
+        // fewest bytes left, then the lowest id (ids of one node ascend: the first is the lowest).
+        const bool on_path = m == states_[s].minc - node.depth;
+        if (on_path > best_on_path ||
+            (on_path == best_on_path && (m < best_minc || (m == best_minc && ids[node.tok_begin] < best_id)))) {
+          best_on_path = on_path;
           best_minc = m;
           best_id = ids[node.tok_begin];
           best = t;
         }
-        if (ends.empty() || ends.back() != t) ends.push_back(t);
+        if (static_cast<size_t>(t) >= end_mark_.size()) end_mark_.resize(states_.size(), 0);
+        if (end_mark_[t] != walk_stamp_) {  // each end state once (a sort of every token's was ~1/3 of a walk)
+          end_mark_[t] = walk_stamp_;
+          ends.push_back(t);
+        }
       }
     }
     ++i;
@@ -211,15 +268,56 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
   stats_.masks_computed++;
   if (info && !overflow_) {
     std::sort(ends.begin(), ends.end());
-    ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
     State& st = states_[s];
     st.walked = true;
+    st.best_known = true;
     st.max_end_minc = max_end;
     st.best = best;
     st.ends = static_cast<int32_t>(ends_.size());
     st.n_ends = static_cast<int32_t>(ends.size());
     ends_.insert(ends_.end(), ends.begin(), ends.end());
   }
+}
+
+void Automaton::GreedyWalk(StateId s) {
+  const std::vector<TokenIndex::Node>& nodes = index_->nodes();
+  const std::vector<uint16_t>& below = index_->subtree_depth();
+  const std::vector<int32_t>& ids = index_->token_ids();
+  const int32_t n = static_cast<int32_t>(nodes.size());
+  const int32_t m0 = states_[s].minc;
+  StateId* at = walk_states_.data();
+  at[0] = s;
+  int32_t best_minc = INT32_MAX, best_id = INT32_MAX;
+  StateId best = kDead;
+  int64_t visited = 0;
+  // on_path: only prefixes along a shortest completion (MinBytesToAccept one less per byte), a
+  // narrow walk; the whole trie (pruned by the bound above) only when no token lies on one.
+  for (const bool on_path : {true, false}) {
+    if (!on_path && (best != kDead || m0 >= Grammar::kFar)) break;
+    for (int32_t i = 1; i < n;) {
+      const TokenIndex::Node& node = nodes[i];
+      const StateId t = Transition(at[node.depth - 1], node.byte);
+      ++visited;
+      if (t == kDead || (on_path && states_[t].minc != m0 - node.depth)) {
+        i = node.end;
+        continue;
+      }
+      at[node.depth] = t;
+      const int32_t m = states_[t].minc;
+      if (node.tok_begin < node.tok_end && (m < best_minc || (m == best_minc && ids[node.tok_begin] < best_id))) {
+        best_minc = m;
+        best_id = ids[node.tok_begin];
+        best = t;
+      }
+      // Strictly worse than the best so far everywhere below: skip (ties are kept, for the lowest id).
+      i = m - (below[i] - node.depth) > best_minc ? node.end : i + 1;
+    }
+  }
+  stats_.nodes_visited += visited;
+  stats_.greedy_walks++;
+  if (overflow_) return;
+  states_[s].best = best;
+  states_[s].best_known = true;
 }
 
 void Automaton::BaseMask(StateId s, uint64_t* w) {
@@ -251,9 +349,8 @@ int32_t Automaton::Cost(StateId s) {
       c = states_[at].cost = st.final ? 0 : 1;
       break;
     }
-    if (!st.walked) {
-      scratch_mask_.assign(words_, 0);
-      BaseMask(at, scratch_mask_.data());
+    if (!st.best_known) {
+      GreedyWalk(at);
       if (overflow_) break;
     }
     if (states_[at].best == kDead) {  // nothing can follow: never ends
@@ -315,6 +412,7 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
       if (allow >= cost && states_[s].costly == -1) {
         // List the state's costly tokens once (the walk sets no bit w lacks: w is the base mask).
         std::vector<std::pair<int32_t, int32_t>> costly;
+        stats_.budget_walks++;
         Walk(s, Grammar::kFar, w, /*info=*/false, &costly);
         if (overflow_) return too_complex();
         if (costly.size() <= kMaxCostly) {
@@ -333,6 +431,7 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
         }
       } else {
         std::memset(w, 0, words_ * sizeof(uint64_t));
+        stats_.budget_walks++;
         Walk(s, allow, w, /*info=*/false);
         if (overflow_) return too_complex();
       }

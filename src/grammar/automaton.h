@@ -19,8 +19,9 @@
 // the turn can still end within the B - 1 tokens after it. What ending costs from a state is
 // counted in tokens (TokensToEnd): 0 when the output is final (the engine stops there), 1 when it
 // is accepting (the end-of-generation token), else one more than from the state after a greedy
-// step: the token whose end state needs the fewest bytes to complete (the lowest id among ties),
-// which takes the longest piece along the shortest completion. That is an upper bound on the
+// step: the longest token along a shortest completion (each of its bytes lowers the bytes still
+// needed by one; the lowest id among ties), found by a walk down those prefixes alone; where no
+// token lies on one, the token whose end state needs the fewest bytes. That is an upper bound on the
 // tokens really needed, and it is kept as the budget shrinks: the greedy token itself always
 // fits. So a turn whose budget covers TokensToEnd of the start state always ends complete,
 // with an end-of-generation token or in a final state, never cut by max_tokens. Bytes bound the
@@ -83,9 +84,11 @@ class Automaton {
 
   struct Stats {
     int64_t states = 0, stacks = 0;       // interned so far
-    int64_t masks_computed = 0;           // trie walks
+    int64_t masks_computed = 0;           // trie walks for masks (budget_walks included)
+    int64_t budget_walks = 0;             // of which second walks of a state near the budget's edge
+    int64_t greedy_walks = 0;             // pruned walks for a greedy token alone (GreedyWalk)
     int64_t masks_cached = 0;             // masks answered from the cache
-    int64_t nodes_visited = 0;            // trie nodes visited by all walks
+    int64_t nodes_visited = 0;            // trie nodes visited by all walks of both kinds
   };
   Stats stats();
   const TokenIndex& index() const { return *index_; }
@@ -117,6 +120,7 @@ class Automaton {
     // -2: too many to list.
     int32_t costly = -1;
     bool walked = false;
+    bool best_known = false;    // best is set (by a full walk, or by GreedyWalk)
     bool accepting = false;
     bool final = false;
   };
@@ -132,6 +136,7 @@ class Automaton {
   StateId InternState(std::vector<int32_t>& stacks);  // sorts and dedups `stacks`
   void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);
   StateId Transition(StateId s, uint8_t b);
+  void NewTable(StateId s);  // s's transition table (all unknown, dead bytes dead) and byte classes
   StateId ComputeTransition(StateId s, uint8_t b);
   // One trie walk from s setting the bits of allowed tokens in words ([words_], not cleared):
   // every grammatical token when allow is kNoLimit, else those whose end state's TokensToEnd is
@@ -140,6 +145,11 @@ class Automaton {
   // (optional): records the walk's facts into s's State (walked).
   static constexpr int32_t kNoLimit = INT32_MAX;
   void Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::vector<std::pair<int32_t, int32_t>>* costly = nullptr);
+  // Sets s's greedy token's end state (State::best) with a walk that skips every subtree that
+  // cannot hold a token as good: a byte lowers MinBytesToAccept by at most one, so below a prefix
+  // whose state needs m bytes, with at most k more bytes in its subtree, no token ends under m - k.
+  // Cost() needs only this of the states along a greedy path, not their masks.
+  void GreedyWalk(StateId s);
   // s's unbudgeted mask into words ([words_], zeroed), from the cache or a walk.
   void BaseMask(StateId s, uint64_t* words);
   int32_t Cost(StateId s);         // TokensToEnd without the lock
@@ -154,12 +164,15 @@ class Automaton {
   std::vector<int32_t> state_stacks_;                    // stacks of all states, back to back
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> state_ids_;
   std::vector<int32_t> trans_;                           // [tables][256] state ids; kUnknown = not computed
+  std::vector<uint16_t> byte_class_;                     // [tables][256] bytes of one class go to one state
   std::vector<uint64_t> mask_pool_;                      // [cached masks][words]
   std::vector<int32_t> ends_;                            // end states of walked states, back to back
   // Per listed state, its costly tokens (State::costly) as (TokensToEnd after, token), largest first.
   std::vector<std::vector<std::pair<int32_t, int32_t>>> costly_;
   static constexpr size_t kMaxCostly = 4096;
   std::vector<StateId> walk_states_;                     // [max_depth + 1] scratch of Walk
+  std::vector<uint32_t> end_mark_;                       // [n_states] walk_stamp_ once listed in a walk's ends
+  uint32_t walk_stamp_ = 0;
   std::vector<uint64_t> scratch_mask_;                   // [words_] scratch of Cost's walks
   std::vector<int32_t> scratch_;                         // scratch of ComputeTransition
   StateId start_ = kDead;

@@ -60,6 +60,13 @@ std::shared_ptr<const TokenIndex> TokenIndex::Build(std::vector<std::string> pie
     t->nodes_[path.back()].end = static_cast<int32_t>(t->nodes_.size());
     path.pop_back();
   }
+  const int32_t n_nodes = static_cast<int32_t>(t->nodes_.size());
+  t->subtree_depth_.resize(n_nodes);
+  for (int32_t i = n_nodes; i-- > 0;) {  // children come after their parent: fill from the back
+    uint16_t d = t->nodes_[i].depth;
+    for (int32_t c = i + 1; c < t->nodes_[i].end; c = t->nodes_[c].end) d = std::max(d, t->subtree_depth_[c]);
+    t->subtree_depth_[i] = d;
+  }
   int single = 0;  // depth-1 nodes holding a token: one per byte value
   for (const Node& node : t->nodes_) single += node.depth == 1 && node.tok_begin < node.tok_end;
   t->all_bytes_ = single == 256;

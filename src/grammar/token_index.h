@@ -35,6 +35,9 @@ class TokenIndex {
   };
   const std::vector<Node>& nodes() const { return nodes_; }  // [n_nodes]
   const std::vector<int32_t>& token_ids() const { return ids_; }
+  // Depth of the deepest node in each node's subtree ([n_nodes]): how many more bytes any token
+  // below a prefix can add, which bounds what a walk can still find there.
+  const std::vector<uint16_t>& subtree_depth() const { return subtree_depth_; }
   const std::vector<int32_t>& eog() const { return eog_; }
   const std::string& piece(int32_t id) const { return pieces_[id]; }
   int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
@@ -48,6 +51,7 @@ class TokenIndex {
   std::vector<std::string> pieces_;  // [n_vocab]
   std::vector<Node> nodes_;
   std::vector<int32_t> ids_;         // token ids grouped by trie node
+  std::vector<uint16_t> subtree_depth_;
   std::vector<int32_t> eog_;
   std::vector<uint8_t> eog_flag_;    // [n_vocab]
   int max_depth_ = 0;

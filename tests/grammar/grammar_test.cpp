@@ -144,19 +144,25 @@ std::shared_ptr<const TokenIndex> ToyVocab(int32_t* eos) {
 }
 
 // TokensToEnd by its definition, from scratch: 0 final, 1 accepting, else one more than after
-// the token whose end state needs the fewest bytes (the lowest id among ties).
+// the greedy token: the longest along a shortest completion (its end needs its length fewer
+// bytes), else the one whose end state needs the fewest bytes; the lowest id among ties.
 int32_t BruteCost(Automaton& a, Automaton::StateId s, const TokenIndex& idx, int depth = 0) {
   if (a.Final(s)) return 0;
   if (a.Accepting(s)) return 1;
   if (depth > 500) return Grammar::kFar;
+  const int32_t m0 = a.MinBytesToAccept(s);
   int32_t best_m = INT32_MAX;
+  bool best_on_path = false;
   Automaton::StateId best = Automaton::kDead;
   for (int32_t t = 0; t < idx.n_vocab(); ++t) {
     if (idx.is_eog(t) || idx.piece(t).empty()) continue;
     const auto n = a.Advance(s, idx.piece(t));
     if (n == Automaton::kDead) continue;
-    if (a.MinBytesToAccept(n) < best_m) {
-      best_m = a.MinBytesToAccept(n);
+    const int32_t m = a.MinBytesToAccept(n);
+    const bool on_path = m == m0 - static_cast<int32_t>(idx.piece(t).size());
+    if (on_path > best_on_path || (on_path == best_on_path && m < best_m)) {
+      best_on_path = on_path;
+      best_m = m;
       best = n;
     }
   }
