@@ -74,8 +74,12 @@ struct RequestRecord {
   int64_t completion_tokens = -1;  // generated tokens reported (text chunks if not reported)
   int planned_output = 0;          // the forced reply length asked for
   std::vector<int64_t> sources;    // mnemo chat usage: context tokens from t0, t1, t2, recomputed, new
+  int http_status = 0;             // the response's status; 0 when none came
   std::string error;               // empty when the request succeeded
 };
+
+// A refusal of admission (load shedding): 429 when the server is full, 503 while it starts or drains.
+bool Shed(const RequestRecord& r) { return r.http_status == 429 || r.http_status == 503; }
 
 // Splits a byte stream into lines ("\n" or "\r\n") and hands each "data:" payload to a callback.
 // Anything else (event:, comments, blank separators) is ignored; the payload's own fields say
@@ -349,6 +353,7 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
     ok = cli.send(req, res, err);
   }
   rec->latency_s = std::chrono::duration<double>(Clock::now() - sent).count();
+  if (ok) rec->http_status = res.status;
   if (!ok) {
     rec->error = "HTTP request failed: " + httplib::to_string(err);
   } else if (res.status != 200) {
@@ -461,9 +466,15 @@ Json Summarize(const ServeBenchFlags& f, const std::string& model, const std::ve
   int64_t out_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   std::vector<int64_t> sources(std::size(kSources), 0);
   bool have_sources = false;
-  int errors = 0, ok = 0;
+  int errors = 0, ok = 0, shed = 0;
+  std::vector<double> shed_ms;
   std::map<std::string, int> error_kinds;
   for (const auto& r : recs) {
+    if (Shed(r)) {  // counted apart from errors: a refusal is the server doing its job under overload
+      shed++;
+      shed_ms.push_back(r.latency_s * 1e3);
+      continue;
+    }
     if (!r.error.empty()) {
       errors++;
       err_by[r.turn]++;
@@ -507,6 +518,9 @@ Json Summarize(const ServeBenchFlags& f, const std::string& model, const std::ve
   j["wall_seconds"] = wall_s;
   j["requests"] = ok;
   j["errors"] = errors;
+  j["shed"] = shed;
+  j["shed_share"] = recs.empty() ? 0.0 : double(shed) / recs.size();
+  j["shed_answer_ms"] = Percentiles(shed_ms);  // how long a refused client waited for its 429 / 503
   Json kinds = Json::array();
   for (const auto& [msg, n] : error_kinds) kinds.push_back({{"message", msg}, {"count", n}});
   j["error_messages"] = kinds;
@@ -576,8 +590,9 @@ Status WriteCsv(const std::string& path, const std::vector<RequestRecord>& recs)
 }
 
 void PrintHuman(const Json& j) {
-  std::printf("%s: %d requests, %d errors in %.1f s: %.1f out tok/s, %.2f req/s, cache hits %.1f%%\n",
+  std::printf("%s: %d requests, %d errors, %d shed in %.1f s: %.1f out tok/s, %.2f req/s, cache hits %.1f%%\n",
               j["label"].get<std::string>().c_str(), j["requests"].get<int>(), j["errors"].get<int>(),
+              j["shed"].get<int>(),
               j["wall_seconds"].get<double>(), j["throughput_output_tokens_per_s"].get<double>(),
               j["throughput_requests_per_s"].get<double>(), 100 * j["cache_hit_rate"].get<double>());
   for (const char* k : {"ttft_ms", "itl_ms", "latency_ms"}) {
