@@ -98,6 +98,11 @@ struct TurnResult {
                                     // calibrated cost of their positions (engine/cost_fit.h)
   double grammar_seconds = 0;       // engine-thread time in the grammar matcher (masks and accepts)
   std::vector<float> first_logits;  // [vocab] when capture_logits
+  // With TurnRequest::logprobs >= 0, the logprob of the token that ended the turn without being
+  // reported in a kText event (an end-of-generation or stop token), as PositionLogprobs::chosen
+  // gives it; nullopt when none did (cut at max_tokens, a stop string, a grammar that closed).
+  // best_of charges it to a candidate that chose to end.
+  std::optional<float> end_logprob;
   int log_begin = 0;                // the session log length before this turn
   std::vector<int32_t> log_append;  // tokens this turn appended to the log (empty unless committed)
 };

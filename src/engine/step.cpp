@@ -511,6 +511,8 @@ void Engine::RunBatch(const StepPlan& plan) {
       }
       if (r.matcher->done() && r.req.ignore_eos) {  // an end of generation closed the grammar
         r.result.tokens.push_back(id);
+        if (r.logprobs) r.result.end_logprob = r.logprobs->chosen.logprob;
+        r.logprobs.reset();
         Finish(r, FinishReason::kStop, t);
         continue;
       }
@@ -535,6 +537,8 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
   stats_.generated_tokens++;
   const bool stop_token = std::find(r.req.stop_tokens.begin(), r.req.stop_tokens.end(), id) != r.req.stop_tokens.end();
   if (stop_token || (!r.req.ignore_eos && tok_.IsEog(id))) {
+    if (r.logprobs) r.result.end_logprob = r.logprobs->chosen.logprob;  // no kText reports it
+    r.logprobs.reset();
     if (r.req.keep_stop_token) {
       r.seq.push_back(id);
       r.tail_unfed = true;

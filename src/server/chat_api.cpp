@@ -245,7 +245,7 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
     std::vector<PositionLogprobs> all_lp;  // streamed with a request id: every token's (the recorded answer)
     size_t offset = 0;                 // text_offset of the next token
     bool echoed = false;               // streamed: the prompt went out
-    double logprob = 0;                // cumulative logprob of the tokens generated (with best_of > n)
+    double logprob = 0;                // cumulative logprob of the tokens reported (with best_of > n)
   };
   // best_of > n: each candidate's cumulative logprob and session, under run->mu.
   struct Candidates {
@@ -291,7 +291,8 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
         run->left--;
         run->completion_tokens += static_cast<int64_t>(r.tokens.size());
         run->last = r;
-        candidates->logprob[i] = c->logprob;
+        // A candidate that ended chose its end-of-generation (or stop) token: that counts too.
+        candidates->logprob[i] = c->logprob + r.end_logprob.value_or(0.0f);
         candidates->session[i] = t.session;
         if (!stream) {
           run->choices[i] = choice(i, echo + r.text, FinishReasonName(r.finish_reason), &c->lp, &c->offset);

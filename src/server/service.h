@@ -122,8 +122,9 @@ struct StartedTurn {
 // The seed of choice i of a request with `seed`: the seed itself for choice 0, unrelated streams
 // (splitmix64) for the others, so that a seeded request reproduces all of its choices.
 uint64_t ChoiceSeed(uint64_t seed, int i);
-// best_of: the candidates' indices by their generated tokens' cumulative logprob, highest first
-// (lower index on ties; NaN ranks as -infinity).
+// best_of: the candidates' indices by their cumulative logprob (their generated tokens', and the
+// end-of-generation token's of one that ended: TurnResult::end_logprob), highest first (lower
+// index on ties; NaN ranks as -infinity).
 std::vector<int> RankCandidates(const std::vector<double>& logprob);
 // Makes req the turn that computes the prompt of a request with n > 1 choices: nothing generated
 // (max_tokens 0), nothing to constrain or report.

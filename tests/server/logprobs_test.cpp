@@ -4,6 +4,7 @@
 // the `mnemo logits` path), and shown not to move with temperature.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -229,6 +230,69 @@ TEST_F(Logprobs, AreOfTheModelsDistributionWhateverTheSampling) {
   const Json& e = j["choices"][0]["logprobs"]["content"][0];
   EXPECT_NE(e["token"], best[0]["token"]);
   ExpectSameEntries(e["top_logprobs"], best);
+}
+
+// best_of ranks a candidate that ended by what choosing to end cost: its end-of-generation token's
+// logprob (the model's raw distribution; that token has no entry) counts with its tokens'. The
+// candidates here are one token each, and some end at once: a logit_bias makes the end as likely
+// to be drawn as the best token, without moving the raw logprobs that rank. An empty candidate is
+// charged log p(end | prompt), computed here; before, it summed nothing (0) and ranked first.
+TEST_F(Logprobs, CompletionsBestOfChargesTheEndOfGeneration) {
+  auto file = ModelFile::Open(ModelPath());
+  ASSERT_TRUE(file.ok());
+  auto model = Model::Create(*file, ModelOptions{kernels::Precision::kF32});
+  ASSERT_TRUE(model.ok());
+  auto tok = Tokenizer::Create(file->vocab());
+  ASSERT_TRUE(tok.ok());
+  const std::string prompt = "Once upon a time";
+  auto logits = PromptLogits(**model, (*tok)->Encode(prompt, /*add_special=*/true), /*all_positions=*/false, DType::F32);
+  ASSERT_TRUE(logits.ok());
+  const std::vector<float> ref = LogSoftmax(*logits);
+  const int32_t eos = (*tok)->eos();
+  ASSERT_TRUE(eos >= 0 && (*tok)->IsEog(eos));
+  const int32_t top = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+  const double bias = std::clamp(double((*logits)[top] - (*logits)[eos]), -100.0, 100.0);
+
+  constexpr int kCandidates = 8;
+  Json body = {{"prompt", prompt}, {"max_tokens", 1}, {"temperature", 1}, {"logprobs", 0}, {"n", kCandidates},
+               {"logit_bias", {{std::to_string(eos), bias}}}};
+  // A seed whose candidates (n = 8 draws what best_of = 8 does) both end at once and do not.
+  Json all;
+  for (int seed = 1; seed <= 20 && all.is_null(); seed++) {
+    body["seed"] = seed;
+    Json j = Post("/v1/completions", body);
+    ASSERT_EQ(j["choices"].size(), size_t(kCandidates)) << j.dump();
+    int ended = 0;
+    for (const Json& c : j["choices"]) ended += c["finish_reason"] == "stop";
+    if (ended > 0 && ended < kCandidates) all = j;
+  }
+  ASSERT_FALSE(all.is_null()) << "no seed drew both kinds of candidates";
+  std::vector<std::pair<double, int>> score;  // (what ranks, candidate)
+  double best_token = -INFINITY;
+  for (int i = 0; i < kCandidates; i++) {
+    const Json& c = all["choices"][i];
+    if (c["finish_reason"] == "stop") {
+      EXPECT_EQ(c["text"], "");
+      EXPECT_TRUE(c["logprobs"]["token_logprobs"].empty());
+      score.emplace_back(ref[eos], i);
+    } else {
+      score.emplace_back(c["logprobs"]["token_logprobs"][0].get<double>(), i);
+      best_token = std::max(best_token, score.back().first);
+    }
+  }
+  ASSERT_LT(ref[eos], best_token - 1e-3);  // the end costs more than the likeliest token drawn
+  std::stable_sort(score.begin(), score.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+
+  body["n"] = 2;
+  body["best_of"] = kCandidates;
+  Json best = Post("/v1/completions", body);
+  ASSERT_EQ(best["choices"].size(), 2u) << best.dump();
+  EXPECT_NE(best["choices"][0]["finish_reason"], "stop") << best.dump();
+  for (int k = 0; k < 2; k++) {
+    const Json& want = all["choices"][score[k].second];
+    EXPECT_EQ(best["choices"][k]["text"], want["text"]) << k << " " << all.dump();
+    EXPECT_EQ(best["choices"][k]["finish_reason"], want["finish_reason"]) << k;
+  }
 }
 
 TEST_F(Logprobs, ResponsesReportThemOnTheOutputText) {
