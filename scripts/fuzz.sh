@@ -6,7 +6,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (60 s each, both targets, when not given)
 #
-# Needs clang and libomp-dev (Debian; OpenMP for clang). Inputs libFuzzer finds go to
+# Installs (when missing) clang, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) and
+# libomp-dev (OpenMP for clang) from Debian. Inputs libFuzzer finds go to
 # build-fuzz/corpus/TARGET (kept between runs), a failing input to build-fuzz/artifacts/; the first
 # crash, sanitizer report, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run.
 # Reproduce one with: build-fuzz/tests/fuzz/TARGET FILE
@@ -18,6 +19,17 @@ secs=${1:-60}
 targets=("$@")
 ((${#targets[@]})) || targets=(request_fuzz template_fuzz)
 dir=build-fuzz
+
+missing=()
+for p in clang libclang-rt-14-dev libomp-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) == 0 ]] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
