@@ -20,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -28,6 +29,7 @@
 
 #include "base/rng.h"
 #include "base/status.h"
+#include "bench_faults.h"
 #include "commands.h"
 #include "workload/workload.h"
 
@@ -52,6 +54,8 @@ struct ServeBenchFlags {
   double timeout_s = 600;                     // per-request read timeout (s)
   bool json = false;
   std::string csv;                            // one row per request, when set
+  std::string faults;                         // --fault: kill/term/restart replicas of a local cluster
+  std::string cluster_dir;                    // the cluster's directory (scripts/cluster.sh up --dir)
 };
 
 // Where to send requests: a loopback host, a port and an optional path prefix.
@@ -75,6 +79,7 @@ struct RequestRecord {
   int planned_output = 0;          // the forced reply length asked for
   std::vector<int64_t> sources;    // mnemo chat usage: context tokens from t0, t1, t2, recomputed, new
   int http_status = 0;             // the response's status; 0 when none came
+  std::string replica;             // X-Mnemo-Replica of the response: which replica served it
   std::string error;               // empty when the request succeeded
 };
 
@@ -191,8 +196,9 @@ class ServeBench {
  public:
   ServeBench(const ServeBenchFlags& f, Target target) : f_(f), target_(std::move(target)) {}
 
-  // Runs the workload; returns the per-request records sorted by (conversation, turn).
-  std::vector<RequestRecord> Run(const std::vector<ConversationPlan>& convs);
+  // Runs the workload (and the faults, when given: started with the run, joined at its end);
+  // returns the per-request records sorted by (conversation, turn).
+  std::vector<RequestRecord> Run(const std::vector<ConversationPlan>& convs, FaultRunner* faults);
   double wall_seconds() const { return wall_s_; }
   const std::string& model() const { return model_; }
 
@@ -353,7 +359,10 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
     ok = cli.send(req, res, err);
   }
   rec->latency_s = std::chrono::duration<double>(Clock::now() - sent).count();
-  if (ok) rec->http_status = res.status;
+  if (ok) {
+    rec->http_status = res.status;
+    rec->replica = res.get_header_value("X-Mnemo-Replica");
+  }
   if (!ok) {
     rec->error = "HTTP request failed: " + httplib::to_string(err);
   } else if (res.status != 200) {
@@ -429,10 +438,11 @@ void ServeBench::RunConversation(const ConversationPlan& c, int user) {
   }
 }
 
-std::vector<RequestRecord> ServeBench::Run(const std::vector<ConversationPlan>& convs) {
+std::vector<RequestRecord> ServeBench::Run(const std::vector<ConversationPlan>& convs, FaultRunner* faults) {
   ResolveModel();
   for (const auto& c : convs) total_turns_ += static_cast<int>(c.turns.size());
   t0_ = Clock::now();
+  if (faults) faults->Start(t0_);
   std::vector<std::thread> threads;
   if (f_.rate > 0) {  // open loop: conversations arrive as a Poisson process (the same as bench multiturn)
     Rng rng(f_.workload.seed ^ 0x5bd1e995);
@@ -452,10 +462,65 @@ std::vector<RequestRecord> ServeBench::Run(const std::vector<ConversationPlan>& 
   }
   for (auto& t : threads) t.join();
   wall_s_ = std::chrono::duration<double>(Clock::now() - t0_).count();
+  if (faults) faults->Join();
   Progress("\n");
   std::sort(records_.begin(), records_.end(),
             [](const auto& a, const auto& b) { return std::tie(a.conv, a.turn) < std::tie(b.conv, b.turn); });
   return std::move(records_);
+}
+
+// Which replica served what (the X-Mnemo-Replica header; absent from a single server that sets
+// none): answered turns per replica, the balance (max / mean), and the share of later turns served
+// by the replica that served the conversation's previous turn (the one holding its KV).
+void SummarizeReplicas(const std::vector<RequestRecord>& recs, Json* j) {
+  std::map<std::string, int> per;
+  std::map<int, std::string> last;  // conversation -> the replica of its previous answered turn
+  int later = 0, same = 0;
+  for (const auto& r : recs) {  // sorted by (conversation, turn)
+    if (r.replica.empty() || !r.error.empty() || Shed(r)) continue;
+    per[r.replica]++;
+    auto it = last.find(r.conv);
+    if (it != last.end()) {
+      later++;
+      same += it->second == r.replica;
+    }
+    last[r.conv] = r.replica;
+  }
+  if (per.empty()) return;
+  int max = 0, total = 0;
+  for (const auto& [name, n] : per) {
+    (*j)["turns_by_replica"][name] = n;
+    max = std::max(max, n);
+    total += n;
+  }
+  (*j)["replica_balance_max_over_mean"] = double(max) * per.size() / total;
+  (*j)["later_turns"] = later;
+  (*j)["later_turns_same_replica_share"] = later > 0 ? double(same) / later : 0.0;
+}
+
+Json FaultsJson(const std::vector<FaultOutcome>& outcomes, const std::vector<RequestRecord>& recs) {
+  Json out = Json::array();
+  for (const auto& o : outcomes) {
+    Json f = {{"kind", FaultName(o.fault.kind)}, {"replica", o.fault.replica}, {"at_s", o.fault.at_s}};
+    if (o.applied_s >= 0) f["applied_s"] = o.applied_s;
+    // kill / term: seconds until HAProxy marked the replica DOWN; restart: until it was UP.
+    if (o.marked_s >= 0) f["marked_s"] = o.marked_s;
+    if (!o.error.empty()) f["error"] = o.error;
+    if (o.applied_s >= 0 && o.fault.kind != Fault::Kind::kRestart) {
+      // Requests the client saw fail that were in flight at the fault or sent before the mark-down.
+      const double until = o.applied_s + std::max(0.0, o.marked_s);
+      int failed = 0, in_flight_failed = 0;
+      for (const auto& r : recs) {
+        if (r.error.empty() || Shed(r)) continue;
+        if (r.start_s <= o.applied_s && r.start_s + r.latency_s >= o.applied_s) in_flight_failed++;
+        else if (r.start_s > o.applied_s && r.start_s <= until) failed++;
+      }
+      f["failed_in_flight"] = in_flight_failed;
+      f["failed_sent_before_mark_down"] = failed;
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 Json Summarize(const ServeBenchFlags& f, const std::string& model, const std::vector<RequestRecord>& recs,
@@ -559,6 +624,7 @@ Json Summarize(const ServeBenchFlags& f, const std::string& model, const std::ve
   j["prompt_tokens_p50_by_turn"] = p50;
   j["cache_hit_rate_by_turn"] = hit;
   j["load_average"] = {{"start", load_start}, {"end", load_end}};
+  SummarizeReplicas(recs, &j);
   return j;
 }
 
@@ -566,7 +632,7 @@ Status WriteCsv(const std::string& path, const std::vector<RequestRecord>& recs)
   std::ofstream out(path);
   if (!out) return MakeError("cannot write %s", path.c_str());
   out << "conversation,turn,start_s,ttft_ms,latency_ms,itl_ms_mean,itl_ms_max,prompt_tokens,cached_tokens,"
-         "completion_tokens,planned_output_tokens,error\n";
+         "completion_tokens,planned_output_tokens,http_status,replica,error\n";
   for (const auto& r : recs) {
     double mean = 0, mx = 0;
     for (double x : r.itl_s) {
@@ -579,11 +645,15 @@ Status WriteCsv(const std::string& path, const std::vector<RequestRecord>& recs)
       if (ch == '"' || ch == '\n' || ch == '\r') ch = '\'';
     }
     char line[512];
-    std::snprintf(line, sizeof line, "%d,%d,%.4f,%.3f,%.3f,%.3f,%.3f,%lld,%lld,%lld,%d,", r.conv, r.turn, r.start_s,
+    std::snprintf(line, sizeof line, "%d,%d,%.4f,%.3f,%.3f,%.3f,%.3f,%lld,%lld,%lld,%d,%d,", r.conv, r.turn, r.start_s,
                   r.ttft_s >= 0 ? r.ttft_s * 1e3 : -1.0, r.latency_s * 1e3, mean * 1e3, mx * 1e3,
                   static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.cached_tokens),
-                  static_cast<long long>(r.completion_tokens), r.planned_output);
-    out << line << '"' << err << "\"\n";
+                  static_cast<long long>(r.completion_tokens), r.planned_output, r.http_status);
+    std::string replica = r.replica;  // a header value: keep it one CSV field
+    for (char& ch : replica) {
+      if (ch == '"' || ch == ',' || ch == '\n' || ch == '\r') ch = '_';
+    }
+    out << line << replica << ',' << '"' << err << "\"\n";
   }
   if (!out.good()) return MakeError("error writing %s", path.c_str());
   return {};
@@ -607,6 +677,16 @@ void PrintHuman(const Json& j) {
   for (const auto& e : j["error_messages"]) {
     std::printf("  error x%d: %s\n", e["count"].get<int>(), e["message"].get<std::string>().c_str());
   }
+  if (j.contains("turns_by_replica")) {
+    std::printf("  turns by replica:");
+    for (const auto& [name, n] : j["turns_by_replica"].items()) std::printf(" %s %d", name.c_str(), n.get<int>());
+    std::printf(" (max/mean %.2f); later turns on the previous turn's replica: %.1f%% of %d\n",
+                j["replica_balance_max_over_mean"].get<double>(),
+                100 * j["later_turns_same_replica_share"].get<double>(), j["later_turns"].get<int>());
+  }
+  if (j.contains("faults")) {
+    for (const auto& f : j["faults"]) std::printf("  fault: %s\n", f.dump().c_str());
+  }
 }
 
 int RunServeBench(const ServeBenchFlags& f) {
@@ -615,11 +695,29 @@ int RunServeBench(const ServeBenchFlags& f) {
     std::fprintf(stderr, "error: %s\n", target.error().message.c_str());
     return 1;
   }
+  std::unique_ptr<FaultRunner> faults;
+  if (!f.faults.empty() || !f.cluster_dir.empty()) {
+    if (f.faults.empty() || f.cluster_dir.empty()) {
+      std::fprintf(stderr, "error: --fault and --cluster-dir go together\n");
+      return 1;
+    }
+    auto parsed = ParseFaults(f.faults);
+    Status st = parsed.ok() ? Status() : Status(parsed.error());
+    if (st.ok()) {
+      faults = std::make_unique<FaultRunner>(f.cluster_dir, *parsed);
+      st = faults->Check();
+    }
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.error().message.c_str());
+      return 1;
+    }
+  }
   auto convs = MakeWorkload(f.workload);
   const double load_start = LoadAverage();
   ServeBench bench(f, *target);
-  auto recs = bench.Run(convs);
+  auto recs = bench.Run(convs, faults.get());
   Json j = Summarize(f, bench.model(), recs, bench.wall_seconds(), load_start, LoadAverage());
+  if (faults) j["faults"] = FaultsJson(faults->outcomes(), recs);
   if (!f.csv.empty()) {
     Status st = WriteCsv(f.csv, recs);
     if (!st.ok()) {
@@ -658,6 +756,10 @@ void RegisterBenchServe(CLI::App* bench) {
   cmd->add_option("--timeout", f->timeout_s, "per-request read timeout (s)")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->add_option("--csv", f->csv, "write one row per request to this file");
+  cmd->add_option("--fault", f->faults,
+                  "faults in a local cluster: kill:I@S, term:I@S, restart:I@S (replica I at S seconds), "
+                  "comma-separated; with --cluster-dir");
+  cmd->add_option("--cluster-dir", f->cluster_dir, "the directory of scripts/cluster.sh up (for --fault)");
   cmd->callback([f] {
     int rc = RunServeBench(*f);
     if (rc != 0) throw CLI::RuntimeError(rc);

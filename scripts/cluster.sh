@@ -12,7 +12,8 @@
 # postgresql://mnemo@127.0.0.1:PGPORT/mnemo, --port 0, --drain-s 1, --replica-id rI, plus the serve
 # flags after `--`); HAProxy with DIR/haproxy.cfg (deploy/haproxy.cfg
 # and one `server` line per replica) bound to 127.0.0.1:P. Writes DIR/replica-<i>.pid (i = 0..N-1),
-# DIR/haproxy.pid, DIR/pg.url, DIR/front.url (http://127.0.0.1:P) and logs (DIR/*.log,
+# DIR/haproxy.pid, DIR/pg.url, DIR/front.url (http://127.0.0.1:P), DIR/replica-<i>.sh (starts
+# replica i again on its port), HAProxy's stats socket DIR/haproxy.sock and logs (DIR/*.log,
 # DIR/pg/server.log); returns once GET /ready through the front answers 200. Every wait is bounded
 # (MNEMO_CLUSTER_WAIT_S, default 60 s); on a failure it says what failed, shows the log's tail and
 # stops what it started.
@@ -241,10 +242,27 @@ for ((i = 0; i < replicas; i++)); do
   done
 done
 
-# 4. HAProxy: the deployed configuration plus one server line per replica.
+# A script per replica that starts it again on its port (`bench serve --fault restart:I@S`, or by
+# hand after a kill): the same flags, the log appended, the pid file rewritten.
+for ((i = 0; i < replicas; i++)); do
+  args=(serve --model "$model" --db "$pg_url" --host 127.0.0.1 --port "${ports[$i]}" --drain-s 1 --replica-id "r$i")
+  {
+    echo "#!/usr/bin/env bash"
+    echo "# Starts replica $i of the cluster in $dir again (written by scripts/cluster.sh up)."
+    printf 'setsid %q' "$mnemo"
+    printf ' %q' "${args[@]}" "${replica_flags[@]}" "${serve_extra[@]}"
+    printf ' >>%q 2>&1 </dev/null &\n' "$dir/replica-$i.log"
+    printf 'echo $! >%q\n' "$dir/replica-$i.pid"
+  } >"$dir/replica-$i.sh"
+done
+
+# 4. HAProxy: the deployed configuration plus one server line per replica, and a stats socket
+# (`show stat`: each server's UP/DOWN, what `bench serve --fault` times a kill's mark-down by).
 {
   cat "$root/deploy/haproxy.cfg"
   for ((i = 0; i < replicas; i++)); do echo "    server r$i 127.0.0.1:${ports[$i]}"; done
+  echo "global"
+  echo "    stats socket $dir/haproxy.sock mode 600 level user"
 } >"$dir/haproxy.cfg"
 MNEMO_FRONT=127.0.0.1:$port "$haproxy" -c -q -f "$dir/haproxy.cfg" >"$dir/haproxy.log" 2>&1 ||
   fail "the generated HAProxy configuration is invalid" "$dir/haproxy.log"
