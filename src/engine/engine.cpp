@@ -533,12 +533,21 @@ EngineStats Engine::Stats() {
   return st;
 }
 
-Status Engine::CheckAdmission() const { return LoadAllows(static_cast<size_t>(std::max(wait_.waiting(), 0))); }
+Status Engine::CheckAdmission() const {
+  return LoadAllows(static_cast<size_t>(std::max(wait_.waiting(), 0)), arriving_.load(std::memory_order_acquire));
+}
+
+Result<AdmissionTicket> Engine::ReserveAdmission() {
+  const int others = arriving_.fetch_add(1, std::memory_order_acq_rel);
+  AdmissionTicket ticket(&arriving_);  // releases the place on a refusal too
+  MNEMO_TRY(LoadAllows(static_cast<size_t>(std::max(wait_.waiting(), 0)), others));
+  return ticket;
+}
 
 QueueState Engine::Queue() const {
   QueueState q;
   q.waiting = wait_.waiting();
-  q.estimated_wait_s = wait_.Estimate(Now());
+  q.estimated_wait_s = wait_.Estimate(Now(), arriving_.load(std::memory_order_acquire));
   q.drain_rate = wait_.drain_rate();
   q.max_queue_s = config_.max_queue_s;
   q.max_waiting = config_.max_waiting;
@@ -548,7 +557,7 @@ QueueState Engine::Queue() const {
 void Engine::PublishQueue() {
   double oldest = -1;
   for (const auto& w : waiting_) oldest = oldest < 0 ? w->queued_at : std::min(oldest, w->queued_at);
-  wait_.Publish(static_cast<int>(waiting_.size()), static_cast<int>(running_.size()) >= config_.max_running, oldest);
+  wait_.Publish(static_cast<int>(waiting_.size()), config_.max_running - static_cast<int>(running_.size()), oldest);
 }
 
 namespace {
@@ -592,6 +601,7 @@ Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_se
       if (!live_.count(id)) return MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
       queued_[id]++;  // ExpireSessions leaves it alone until the command below ran
     }
+    arriving_.fetch_add(1, std::memory_order_acq_rel);  // until the command queued it (or refused it)
     commands_.push_back([this, req = std::move(req), handle, new_session, submitted]() mutable {
       const SessionId id = req.session;
       if (!new_session) {
@@ -613,7 +623,8 @@ Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_se
           MarkLive(id, true);
         }
       }
-      if (st.ok()) st = Admit(std::move(req), handle, submitted);
+      if (st.ok()) st = Admit(std::move(req), handle, submitted);  // publishes the queue with it
+      arriving_.fetch_sub(1, std::memory_order_acq_rel);
       if (!st.ok()) {
         if (new_session && sessions_.count(id) && !sessions_.at(id).busy) {
           cache_->RemoveSession(id);
@@ -634,12 +645,14 @@ Result<std::shared_ptr<TurnHandle>> Engine::Enqueue(TurnRequest req, bool new_se
   return handle;
 }
 
-Status Engine::LoadAllows(size_t waiting) const {
-  if (waiting >= static_cast<size_t>(std::max(config_.max_waiting, 0))) {
-    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", waiting);
+Status Engine::LoadAllows(size_t waiting, int arriving) const {
+  // Arrivals the batch's free places take do not queue (wait_estimate.h).
+  const size_t ahead = waiting + static_cast<size_t>(std::max(0, arriving - wait_.free_slots()));
+  if (ahead >= static_cast<size_t>(std::max(config_.max_waiting, 0))) {
+    return MakeError(StatusCode::kResourceExhausted, "the queue is full: %zu turns wait", ahead);
   }
   if (config_.max_queue_s > 0) {
-    const double wait = wait_.Estimate(Now());
+    const double wait = wait_.Estimate(Now(), arriving);
     if (wait > config_.max_queue_s) {
       return MakeError(StatusCode::kResourceExhausted, "a turn would wait about %.1f s for admission (the bound is %.1f s)",
                        wait, config_.max_queue_s);

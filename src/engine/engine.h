@@ -89,6 +89,32 @@ struct SessionInfo {
 };
 
 // The admission queue as other threads see it (Engine::Queue).
+// A place a turn took at the server's door (Engine::ReserveAdmission); releases it when destroyed.
+class AdmissionTicket {
+ public:
+  AdmissionTicket() = default;
+  explicit AdmissionTicket(std::atomic<int>* arriving) : arriving_(arriving) {}
+  AdmissionTicket(AdmissionTicket&& o) noexcept : arriving_(o.arriving_) { o.arriving_ = nullptr; }
+  AdmissionTicket& operator=(AdmissionTicket&& o) noexcept {
+    if (this != &o) {
+      Release();
+      arriving_ = o.arriving_;
+      o.arriving_ = nullptr;
+    }
+    return *this;
+  }
+  AdmissionTicket(const AdmissionTicket&) = delete;
+  AdmissionTicket& operator=(const AdmissionTicket&) = delete;
+  ~AdmissionTicket() { Release(); }
+
+ private:
+  void Release() {
+    if (arriving_) arriving_->fetch_sub(1, std::memory_order_acq_rel);
+    arriving_ = nullptr;
+  }
+  std::atomic<int>* arriving_ = nullptr;
+};
+
 struct QueueState {
   int waiting = 0;               // turns waiting for admission
   double estimated_wait_s = 0;   // what a turn submitted now would wait (wait_estimate.h)
@@ -230,8 +256,14 @@ class Engine {
   // ---- admission (thread-safe, without a call to the engine thread: a few atomic loads) ----
   // Whether a turn submitted now would be refused for load: kResourceExhausted when the queue is
   // full or the estimated wait is past max_queue_s, with the message saying which. Ok otherwise
-  // (Submit decides for good: this is the check a server makes before spending any work).
+  // (Submit decides for good).
   Status CheckAdmission() const;
+  // The check a server makes before spending any work on a turn, taking a place: until the ticket
+  // is destroyed (once the turn was submitted or enqueued, or dropped) the turn counts as arriving,
+  // so the checks of a burst of requests see each other. Without it every request of a burst
+  // passed against the same published queue and most were refused later, after their prompts
+  // were rendered and tokenized (a third of the refusals at 10x overload).
+  Result<AdmissionTicket> ReserveAdmission();
   QueueState Queue() const;
   // Runs a probe pass (ProbeRequest). Errors: kInvalidArgument (empty or too long input, token ids,
   // spans or layers out of range), kUnavailable.
@@ -315,7 +347,8 @@ class Engine {
   // The queue's room for one more turn when `waiting` turns wait, and the wait bound:
   // kResourceExhausted or Ok. Exact on the engine thread with waiting_.size(); CheckAdmission passes
   // the counter other threads read.
-  Status LoadAllows(size_t waiting) const;
+  // `arriving`: turns let in at the door and not yet queued (the door's checks only).
+  Status LoadAllows(size_t waiting, int arriving = 0) const;
   // Submit's decision on the engine thread: queues the turn on `handle` or says why not.
   Status Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted);
   // sessions_ gained or lost id (engine thread): kept in live_ for the callers' threads.
@@ -340,6 +373,7 @@ class Engine {
   std::condition_variable cv_;
   std::deque<std::function<void()>> commands_;
   WaitEstimator wait_;          // written by the engine thread, read by any
+  std::atomic<int> arriving_{0};  // turns past ReserveAdmission or in Enqueue's commands, not yet queued
   bool stop_ = false;
   bool transfers_done_ = false;     // a tier copy finished since the engine thread last looked
   bool closed_ = false;  // the engine thread ran its last commands: Call refuses

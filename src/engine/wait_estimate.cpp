@@ -21,19 +21,24 @@ void WaitEstimator::Pass(double now, int admitted, bool left_waiting) {
   backlog_ = left_waiting;
 }
 
-void WaitEstimator::Publish(int waiting, bool batch_full, double oldest_queued_at) {
+void WaitEstimator::Publish(int waiting, int free_slots, double oldest_queued_at) {
   waiting_.store(waiting, std::memory_order_relaxed);
-  batch_full_.store(batch_full, std::memory_order_relaxed);
+  free_slots_.store(std::max(free_slots, 0), std::memory_order_relaxed);
   oldest_.store(oldest_queued_at, std::memory_order_relaxed);
 }
 
-double WaitEstimator::Estimate(double now) const {
-  const int waiting = waiting_.load(std::memory_order_relaxed);
-  if (waiting == 0 && !batch_full_.load(std::memory_order_relaxed)) return 0;
+int WaitEstimator::Ahead(int arriving) const {
+  const int free = free_slots_.load(std::memory_order_relaxed);
+  return waiting_.load(std::memory_order_relaxed) + std::max(0, arriving - free);
+}
+
+double WaitEstimator::Estimate(double now, int arriving) const {
+  const int ahead = Ahead(arriving);
+  if (ahead == 0 && arriving < free_slots_.load(std::memory_order_relaxed)) return 0;
   const double rate = rate_.load(std::memory_order_relaxed);
   double forecast = 0;  // unmeasured: the sojourn alone speaks
-  if (rate > 0) forecast = (waiting + 1) / rate;
-  if (rate == 0 && waiting > 0) forecast = std::numeric_limits<double>::infinity();
+  if (rate > 0) forecast = (ahead + 1) / rate;
+  if (rate == 0 && ahead > 0) forecast = std::numeric_limits<double>::infinity();
   const double oldest = oldest_.load(std::memory_order_relaxed);
   const double sojourn = oldest >= 0 ? std::max(0.0, now - oldest) : 0;
   return std::max(forecast, sojourn);

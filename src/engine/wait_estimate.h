@@ -6,8 +6,11 @@
 // happens at the rate at which the engine has been admitting turns from a backlog (a slot frees
 // when a running turn ends, room when blocks free). So:
 //
-//   forecast = (waiting + 1) / drain_rate     (Little's law, with the measured service rate)
+//   forecast = (ahead + 1) / drain_rate       (Little's law, with the measured service rate)
 //   estimate = max(forecast, sojourn of the oldest waiting turn)
+//
+// where `ahead` counts the turns waiting plus those still arriving (let in by a server's admission
+// check, not yet queued: Engine::ReserveAdmission) beyond the batch's free places.
 //
 // drain_rate counts admissions per second of backlog only: the time between two admission passes
 // counts when the earlier pass left turns waiting (an idle engine, admitting each turn as it comes,
@@ -17,7 +20,7 @@
 // of workload (long turns after short ones) is followed within a second or two. The sojourn term
 // (CoDel's signal) covers what the forecast misses: no measurement yet, or a batch stalled for
 // memory where nothing drains; the newcomer waits at least as long as the turns ahead still must.
-// With nothing waiting and a free batch slot the estimate is 0.
+// With nothing ahead and a free batch place left for the newcomer the estimate is 0.
 //
 // Thread-safety: Pass and Publish on the engine thread only; the readers from any thread (each a
 // relaxed atomic load: the parts may come from two different steps, good enough for an estimate).
@@ -35,16 +38,20 @@ class WaitEstimator {
   // One admission pass at `now` (engine clock, seconds) admitted `admitted` turns; `left_waiting`:
   // turns were still waiting after it.
   void Pass(double now, int admitted, bool left_waiting);
-  // The queue as it stands: turns waiting, whether the batch has no free slot, and when the turn
+  // The queue as it stands: turns waiting, free places in the batch (0: full), and when the turn
   // that has waited longest entered the queue (< 0: none waits).
-  void Publish(int waiting, bool batch_full, double oldest_queued_at);
+  void Publish(int waiting, int free_slots, double oldest_queued_at);
 
-  // Seconds a turn submitted at `now` would wait for admission (+infinity when turns wait and the
-  // engine has measured that none drain).
-  double Estimate(double now) const;
+  // Turns a newcomer would queue behind: the waiting ones, and of `arriving` turns let in but not
+  // yet queued, those the batch's free places do not take.
+  int Ahead(int arriving) const;
+  // Seconds a turn submitted at `now` would wait for admission, with `arriving` others on their way
+  // (+infinity when turns wait and the engine has measured that none drain).
+  double Estimate(double now, int arriving = 0) const;
   // Turns admitted per second of backlog (< 0: not measured yet).
   double drain_rate() const { return rate_.load(std::memory_order_relaxed); }
   int waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  int free_slots() const { return free_slots_.load(std::memory_order_relaxed); }
 
  private:
   // Engine thread only.
@@ -55,7 +62,7 @@ class WaitEstimator {
   // Published.
   std::atomic<double> rate_{-1};
   std::atomic<int> waiting_{0};
-  std::atomic<bool> batch_full_{false};
+  std::atomic<int> free_slots_{1};
   std::atomic<double> oldest_{-1};
 };
 

@@ -239,6 +239,7 @@ http::Handler ApiServer::Wrap(const std::string& route, bool auth,
       }
     };
     std::string owner;
+    AdmissionTicket ticket;  // a turn's place at the door, held until the handler handed it over
     if (auth) {
       auto a = Authenticate(req);
       if (auto* e = std::get_if<ApiError>(&a)) {
@@ -248,7 +249,7 @@ http::Handler ApiServer::Wrap(const std::string& route, bool auth,
       owner = std::get<std::string>(a);
     }
     if (turn) {
-      if (auto e = Shed()) {
+      if (auto e = Shed(&ticket)) {
         http::SendError(res, *e);
         if (res.status == 429) SetRetryAfter(res, RetryAfterSeconds());
         res.before_send = [this, route](Res& res) { metrics_.Request(route, res.status); };
@@ -310,16 +311,19 @@ void ApiServer::DriveTurn(const std::shared_ptr<TurnHandle>& handle, std::functi
   });
 }
 
-std::optional<ApiError> ApiServer::Shed() {
+std::optional<ApiError> ApiServer::Shed(AdmissionTicket* ticket) {
   if (draining_) {
     metrics_.Shed("draining");
     return ApiError{503, "server_error", "The server is shutting down; retry on another replica or later.", "",
                     "unavailable"};
   }
-  Status st = service_.engine().CheckAdmission();
-  if (st.ok()) return std::nullopt;
+  auto t = service_.engine().ReserveAdmission();
+  if (t.ok()) {
+    *ticket = std::move(*t);
+    return std::nullopt;
+  }
   metrics_.Shed("admission");
-  return ToApiError(st.error(), "The server is overloaded: ");
+  return ToApiError(t.error(), "The server is overloaded: ");
 }
 
 int ApiServer::RetryAfterSeconds() const {

@@ -82,8 +82,9 @@ class ApiServer {
   http::Handler Wrap(const std::string& route, bool auth,
                                 std::function<void(const Req&, Res&, const std::string& owner)> fn,
                                 bool turn = false);
-  // Why a turn would be refused now (draining, queue full, wait past the bound), or nullopt.
-  std::optional<ApiError> Shed();
+  // Why a turn would be refused now (draining, queue full, wait past the bound), or nullopt with
+  // the turn's place at the door in *ticket (Engine::ReserveAdmission).
+  std::optional<ApiError> Shed(AdmissionTicket* ticket);
   // Seconds a refused client should wait before it retries (Retry-After): the time the queue,
   // draining at its measured rate with nothing new, takes to come back within the bound; 1 to 30.
   int RetryAfterSeconds() const;

@@ -12,7 +12,7 @@ namespace {
 TEST(WaitEstimator, NothingWaitingAndAFreeSlotIsNoWait) {
   WaitEstimator w;
   EXPECT_EQ(w.Estimate(10), 0);
-  w.Publish(0, /*batch_full=*/false, -1);
+  w.Publish(0, /*free_slots=*/4, -1);
   EXPECT_EQ(w.Estimate(10), 0);
   EXPECT_LT(w.drain_rate(), 0);  // not measured yet
 }
@@ -28,7 +28,7 @@ TEST(WaitEstimator, DrainRateIsMeasuredOverBacklogOnly) {
   for (int i = 0; i < 40; i++) w.Pass(t += 0.1, 1, /*left_waiting=*/true);
   EXPECT_NEAR(w.drain_rate(), 10, 0.5);
   // 19 waiting: the newcomer is the 20th admission, 2 s away.
-  w.Publish(19, true, t);
+  w.Publish(19, /*free_slots=*/0, t);
   EXPECT_NEAR(w.Estimate(t), 2.0, 0.1);
   // A long idle gap between a pass that left nothing waiting and the next is not backlog.
   w.Pass(t += 0.1, 1, false);  // the backlog is gone
@@ -48,12 +48,12 @@ TEST(WaitEstimator, FollowsASlowerDrainWithinAFewWindows) {
 TEST(WaitEstimator, TheOldestTurnsSojournBoundsTheEstimateFromBelow) {
   WaitEstimator w;
   // Unmeasured rate: the head of the queue has waited 3 s, so a newcomer waits at least that.
-  w.Publish(2, true, 7.0);
+  w.Publish(2, /*free_slots=*/0, 7.0);
   EXPECT_NEAR(w.Estimate(10), 3.0, 1e-9);
   // A fast measured drain does not hide a stalled head (a batch blocked on memory).
   double t = 0;
   for (int i = 0; i < 40; i++) w.Pass(t += 0.01, 1, true);  // 100/s
-  w.Publish(2, true, 7.0);
+  w.Publish(2, /*free_slots=*/0, 7.0);
   EXPECT_NEAR(w.Estimate(10), 3.0, 1e-9);
 }
 
@@ -62,13 +62,31 @@ TEST(WaitEstimator, ABacklogThatDoesNotDrainIsAnEndlessWait) {
   double t = 0;
   for (int i = 0; i < 10; i++) w.Pass(t += 0.1, 0, true);
   EXPECT_EQ(w.drain_rate(), 0);
-  w.Publish(3, true, t);
+  w.Publish(3, /*free_slots=*/0, t);
   EXPECT_TRUE(std::isinf(w.Estimate(t)));
   // A full batch with nothing waiting waits for one slot.
   WaitEstimator v;
   for (int i = 0; i < 40; i++) v.Pass(t += 0.25, 1, true);  // 4/s
-  v.Publish(0, true, -1);
+  v.Publish(0, /*free_slots=*/0, -1);
   EXPECT_NEAR(v.Estimate(t), 0.25, 0.01);
+}
+
+// Turns let in at the door but not yet queued count once the batch's free places are taken: a
+// burst checked against one published queue no longer passes whole.
+TEST(WaitEstimator, ArrivalsBeyondTheFreePlacesQueue) {
+  WaitEstimator w;
+  double t = 0;
+  for (int i = 0; i < 40; i++) w.Pass(t += 0.1, 1, true);  // 10/s
+  w.Publish(0, /*free_slots=*/3, -1);
+  EXPECT_EQ(w.Ahead(2), 0);
+  EXPECT_EQ(w.Estimate(t, 2), 0);  // a third free place for the newcomer
+  EXPECT_EQ(w.Ahead(3), 0);
+  EXPECT_NEAR(w.Estimate(t, 3), 0.1, 0.01);  // the places are taken: the next admission
+  EXPECT_EQ(w.Ahead(13), 10);
+  EXPECT_NEAR(w.Estimate(t, 13), 1.1, 0.05);
+  w.Publish(5, /*free_slots=*/0, t);
+  EXPECT_EQ(w.Ahead(4), 9);
+  EXPECT_NEAR(w.Estimate(t, 4), 1.0, 0.05);
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include <latch>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "server_process.h"
 
@@ -111,6 +113,66 @@ TEST(Overload, AProbeIsAnsweredOrShedWithinTwoSecondsUnderManyStreams) {
 // A turn refused with 429 after its session was forked (the queue was full) left the fork in the
 // service, never stored; the next request with the same prompt continued that fork and its commit
 // failed with a 500 "unknown session N" (issue 13, item 6: 5 of 54 probes with --max-waiting 8).
+// The value of a counter line `name{labels} value` in a Prometheus text page (0 when absent).
+double MetricValue(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(page.substr(at + series.size() + 2));
+}
+
+// A burst of turns at a full batch is refused at the door (429 before any parsing, rendering or
+// tokenizing), not let in whole and refused by the engine's queue afterwards: each admission check
+// takes a place (Engine::ReserveAdmission), so the checks of concurrent requests see each other.
+// Before, the checks of a burst ran against the same published queue: in one run 11 of the 38
+// refusals came from the engine, after the work.
+TEST(Overload, ABurstIsRefusedAtTheDoorNotAfterItsWork) {
+  ServerProcess server({"--max-running", "1", "--max-waiting", "2", "--max-queue-ms", "0"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(120, 0);
+  // One long turn fills the batch.
+  std::thread long_turn([&] {
+    httplib::Client lc("127.0.0.1", server.port());
+    lc.set_read_timeout(300, 0);
+    lc.Post("/v1/chat/completions",
+            R"({"messages":[{"role":"user","content":"A long story"}],"max_tokens":1500,"ignore_eos":true})",
+            "application/json");
+  });
+  bool running = false;
+  for (int i = 0; i < 2000 && !running; i++) {
+    auto m = c.Get("/metrics");
+    running = m && MetricValue(m->body, "mnemo_running") >= 1;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(running) << "the long turn never ran";
+  constexpr int kBurst = 40;
+  std::latch go(kBurst);
+  std::atomic<int> shed{0}, answered{0};
+  std::vector<std::thread> burst;
+  for (int i = 0; i < kBurst; i++) {
+    burst.emplace_back([&, i] {
+      httplib::Client bc("127.0.0.1", server.port());
+      bc.set_read_timeout(300, 0);
+      const std::string body = R"({"messages":[{"role":"user","content":"Burst )" + std::to_string(i) +
+                               R"("}],"max_tokens":2})";
+      go.arrive_and_wait();
+      auto r = bc.Post("/v1/chat/completions", body, "application/json");
+      if (IsShed(r)) shed++;
+      else if (r && r->status == 200) answered++;
+    });
+  }
+  for (auto& t : burst) t.join();
+  long_turn.join();
+  EXPECT_EQ(shed + answered, kBurst);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m && m->status == 200);
+  const double at_door = MetricValue(m->body, "mnemo_shed_total{reason=\"admission\"}");
+  const double after_work = MetricValue(m->body, "mnemo_shed_total{reason=\"engine\"}");
+  std::printf("burst of %d at a full batch: %d answered, %d shed (%g at the door, %g by the engine)\n", kBurst,
+              answered.load(), shed.load(), at_door, after_work);
+  EXPECT_GE(shed.load(), kBurst - 10);
+  EXPECT_LE(after_work, 2) << "turns let in by the admission check and refused after their work";
+}
+
 TEST(Overload, ATurnRefusedAfterAForkLeavesNoSessionBehind) {
   ServerProcess server({"--max-running", "1", "--max-waiting", "1", "--max-queue-ms", "0"});
   ASSERT_GT(server.port(), 0) << server.log();
