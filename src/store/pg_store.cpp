@@ -103,6 +103,10 @@ CREATE TABLE request_records(
 );
 CREATE INDEX request_records_by_expiry ON request_records(expires_at);
 )sql",
+    // v3 -> v4: each session counts the truncations that dropped tokens (SessionVersion).
+    R"sql(
+ALTER TABLE sessions ADD COLUMN cuts bigint NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(kBaseVersion + std::size(kUpgrades) == Store::kSchemaVersion);
 
@@ -141,13 +145,14 @@ std::string Redact(const std::string& url) {
   return url.substr(0, colon + 1) + "***" + url.substr(at);
 }
 
-// Session row columns: id, owner, created_at, updated_at (n_tokens follows, read by the caller).
+// Session row columns: id, owner, created_at, updated_at, n_tokens (read by the caller), cuts.
 StoredSession SessionFromRow(const Rows& r, int row) {
   StoredSession s;
   s.id = r.Int(row, 0);
   s.owner = r.Text(row, 1);
   s.created_at = r.Double(row, 2);
   s.updated_at = r.Double(row, 3);
+  s.cuts = r.Int(row, 5);
   return s;
 }
 
@@ -288,7 +293,7 @@ Status PgStore::TruncateSessionTx(Conn& c, int64_t id, int64_t n, double now) {
       "UPDATE conversations SET session_id=NULL, end_token=NULL WHERE session_id=$1 AND end_token>$2::bigint",
   };
   for (const char* sql : kSteps) MNEMO_TRY(c.Run(sql, {id, n}));
-  return c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1", {id, n, now});
+  return c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3, cuts=cuts+1 WHERE id=$1", {id, n, now});
 }
 
 // ---- sessions ----
@@ -342,7 +347,7 @@ Result<StoredSession> PgStore::LoadSession(int64_t id) {
   Status st = pool_->With([&](Conn& c) -> Status {
     auto tx = Tx::Begin(c, kSnapshot);
     if (!tx) return tx.error();
-    auto r = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions WHERE id=$1", {id});
+    auto r = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens, cuts FROM sessions WHERE id=$1", {id});
     if (!r) return r.error();
     if (r->size() == 0) return MakeError("unknown session %lld", LL(id));
     s = SessionFromRow(*r, 0);
@@ -360,6 +365,18 @@ Result<StoredSession> PgStore::LoadSession(int64_t id) {
   return s;
 }
 
+Result<std::optional<SessionVersion>> PgStore::GetSessionVersion(int64_t id) {
+  std::optional<SessionVersion> v;
+  Status st = pool_->With([&](Conn& c) -> Status {
+    auto r = c.Exec("SELECT n_tokens, cuts FROM sessions WHERE id=$1", {id});
+    if (!r) return r.error();
+    if (r->size() > 0) v = SessionVersion{r->Int(0, 0), r->Int(0, 1)};
+    return {};
+  });
+  if (!st.ok()) return st.error();
+  return v;
+}
+
 Status PgStore::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
   // fn's own Error is returned as is and must not be retried as a connection failure.
   std::optional<Status> fn_failed;
@@ -368,7 +385,7 @@ Status PgStore::ForEachSession(const std::function<Status(StoredSession&&)>& fn)
     if (started) return MakeError(StatusCode::kUnavailable, "PostgreSQL connection lost during a session scan");
     auto tx = Tx::Begin(c, kSnapshot);
     if (!tx) return tx.error();
-    auto ss = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions ORDER BY id");
+    auto ss = c.Exec("SELECT id, owner, created_at, updated_at, n_tokens, cuts FROM sessions ORDER BY id");
     if (!ss) return ss.error();
     // Turns through a cursor, a batch at a time: memory holds one batch, not every token log.
     MNEMO_TRY(c.Run(

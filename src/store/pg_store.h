@@ -52,6 +52,7 @@ class PgStore final : public Store {
   Status ForkSession(int64_t src, int64_t dst, int64_t n_tokens, const std::string& owner) override;
   Status DeleteSession(int64_t id) override;
   Result<StoredSession> LoadSession(int64_t id) override;
+  Result<std::optional<SessionVersion>> GetSessionVersion(int64_t id) override;
   Status ForEachSession(const std::function<Status(StoredSession&&)>& fn) override;
   Result<int64_t> MaxSessionId() override;
   Result<std::optional<int64_t>> TokenIdentity() override;

@@ -15,13 +15,14 @@ using store_internal::EncodeTokens;
 namespace {
 long long LL(int64_t v) { return static_cast<long long>(v); }
 
-// Session row columns: id, owner, created_at, updated_at, n_tokens.
+// Session row columns: id, owner, created_at, updated_at, n_tokens, cuts.
 StoredSession SessionFromRow(const sqlite::Stmt& st) {
   StoredSession s;
   s.id = st.Int(0);
   s.owner = st.Text(1);
   s.created_at = st.Double(2);
   s.updated_at = st.Double(3);
+  s.cuts = st.Int(5);
   return s;
 }
 
@@ -119,7 +120,7 @@ Status SqliteStore::TruncateSessionTx(int64_t id, int64_t n, double now) {
     if (!st) return st.error();
     MNEMO_TRY(st->Bind(1, id).Bind(2, n).Run());
   }
-  auto upd = writer_->Prepare("UPDATE sessions SET n_tokens=?2, updated_at=?3 WHERE id=?1");
+  auto upd = writer_->Prepare("UPDATE sessions SET n_tokens=?2, updated_at=?3, cuts=cuts+1 WHERE id=?1");
   if (!upd) return upd.error();
   return upd->Bind(1, id).Bind(2, n).Bind(3, now).Run();
 }
@@ -208,7 +209,7 @@ Result<StoredSession> SqliteStore::LoadSession(int64_t id) {
   std::lock_guard lock(read_mu_);
   auto tx = Transaction::Begin(*reader_, Transaction::Kind::kRead);
   if (!tx) return tx.error();
-  auto st = reader_->Prepare("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions WHERE id=?1");
+  auto st = reader_->Prepare("SELECT id, owner, created_at, updated_at, n_tokens, cuts FROM sessions WHERE id=?1");
   if (!st) return st.error();
   auto row = st->Bind(1, id).Step();
   if (!row) return row.error();
@@ -224,12 +225,22 @@ Result<StoredSession> SqliteStore::LoadSession(int64_t id) {
   return s;
 }
 
+Result<std::optional<SessionVersion>> SqliteStore::GetSessionVersion(int64_t id) {
+  std::lock_guard lock(read_mu_);
+  auto st = reader_->Prepare("SELECT n_tokens, cuts FROM sessions WHERE id=?1");
+  if (!st) return st.error();
+  auto row = st->Bind(1, id).Step();
+  if (!row) return row.error();
+  if (!*row) return std::optional<SessionVersion>();
+  return std::optional<SessionVersion>(SessionVersion{st->Int(0), st->Int(1)});
+}
+
 Status SqliteStore::ForEachSession(const std::function<Status(StoredSession&&)>& fn) {
   std::lock_guard lock(read_mu_);
   auto tx = Transaction::Begin(*reader_, Transaction::Kind::kRead);
   if (!tx) return tx.error();
   // A merge join of two ordered scans: one pass over each table, whatever the number of sessions.
-  auto ss = reader_->Prepare("SELECT id, owner, created_at, updated_at, n_tokens FROM sessions ORDER BY id");
+  auto ss = reader_->Prepare("SELECT id, owner, created_at, updated_at, n_tokens, cuts FROM sessions ORDER BY id");
   if (!ss) return ss.error();
   auto ts = reader_->Prepare(
       "SELECT session_id, turn_begin, prompt_end, turn_end, complete, tokens FROM turns "

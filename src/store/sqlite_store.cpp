@@ -112,6 +112,10 @@ CREATE TABLE request_records(
 );
 CREATE INDEX request_records_by_expiry ON request_records(expires_at);
 )sql",
+    // v3 -> v4: each session counts the truncations that dropped tokens (SessionVersion).
+    R"sql(
+ALTER TABLE sessions ADD COLUMN cuts INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 

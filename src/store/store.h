@@ -88,6 +88,16 @@ struct StoredSession {
   double updated_at = 0;        // unix seconds, last write to the session
   std::vector<int32_t> tokens;  // [n_tokens] raw token log
   std::vector<StoredTurn> turns;  // in order; they tile [0, tokens.size())
+  int64_t cuts = 0;             // SessionVersion::cuts
+};
+
+// What a replica compares its copy of a session with before a turn (issue 14). Appends only grow
+// the log; every truncation that drops tokens bumps `cuts`. So a copy read at (n, cuts) is a
+// prefix of the stored log while cuts is unchanged and n_tokens >= n, and has diverged when cuts
+// changed (or n_tokens < n).
+struct SessionVersion {
+  int64_t n_tokens = 0;  // log length
+  int64_t cuts = 0;      // truncations that dropped tokens since the session was created
 };
 
 // ---- responses ----
@@ -217,7 +227,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   // What the store was opened with, for logs (a PostgreSQL URL without its password).
   const std::string& path() const { return path_; }
   // True when several processes may write the store at once (PostgreSQL): session ids then come
@@ -250,6 +260,9 @@ class Store {
   // Error when unknown.
   virtual Status DeleteSession(int64_t id) = 0;
   virtual Result<StoredSession> LoadSession(int64_t id) = 0;  // Error when unknown
+  // The session's length and cut count, nullopt when it is absent. Cost: one primary-key probe
+  // (what a replica on a shared store pays per turn to know its copy is fresh).
+  virtual Result<std::optional<SessionVersion>> GetSessionVersion(int64_t id) = 0;
   // Calls fn for every session in id order, from one consistent snapshot; stops at fn's first
   // Error and returns it. Holds the read connection for the whole scan: fn must not call the
   // store's read methods (writes from fn are fine but are not seen by the scan).

@@ -185,17 +185,21 @@ TEST_F(PgStoreTest, NewerSchemaIsRefused) {
   EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
 }
 
-// A store of version 2 (before request-id records) is upgraded at open, its data kept.
+// A store of version 2 (before request-id records and cut counts) is upgraded at open, its data kept.
 TEST_F(PgStoreTest, VersionTwoUpgrades) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->CreateSession(5, "").ok());
   s.reset();
   ASSERT_TRUE(testing_util::PgExec(url_, "DROP TABLE request_records"));
+  ASSERT_TRUE(testing_util::PgExec(url_, "ALTER TABLE sessions DROP COLUMN cuts"));
   ASSERT_TRUE(testing_util::PgExec(url_, "DELETE FROM mnemo_schema_version WHERE version > 2"));
   s = Open();
   ASSERT_TRUE(s);
   EXPECT_TRUE(s->LoadSession(5).ok());
+  auto v = s->GetSessionVersion(5);  // v3 -> v4: sessions count their cuts from 0
+  ASSERT_TRUE(v.ok() && v->has_value());
+  EXPECT_EQ((*v)->cuts, 0);
   auto none = s->GetRequest("", "r");
   ASSERT_TRUE(none.ok()) << none.error().message;
   EXPECT_FALSE(none->has_value());

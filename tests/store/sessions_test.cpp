@@ -155,6 +155,54 @@ TEST_P(StoreSessions, ForkCopiesAPrefix) {
   EXPECT_EQ(src->tokens, Range(0, 8));  // untouched
 }
 
+// What a replica compares its copy with (issue 14): appends grow n_tokens; a truncation that drops
+// tokens (on its own or in a commit) bumps cuts, one that drops none does not; a fork starts its
+// own count; a deleted session has none.
+TEST_P(StoreSessions, VersionCountsCuts) {
+  auto store = MustOpen(Spec("s.db"));
+  ASSERT_TRUE(store);
+  auto version = [&](int64_t id) {
+    auto v = store->GetSessionVersion(id);
+    EXPECT_TRUE(v.ok()) << v.error().message;
+    return v.ok() && v->has_value() ? std::make_pair((*v)->n_tokens, (*v)->cuts) : std::make_pair(int64_t{-1}, int64_t{-1});
+  };
+  using V = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(version(1), V(-1, -1));
+  ASSERT_TRUE(store->CreateSession(1, "o").ok());
+  EXPECT_EQ(version(1), V(0, 0));
+  ASSERT_TRUE(store->AppendTurn(1, 0, 2, Range(0, 4), true).ok());
+  ASSERT_TRUE(store->AppendTurn(1, 4, 6, Range(4, 4), true).ok());
+  EXPECT_EQ(version(1), V(8, 0));
+  ASSERT_TRUE(store->TruncateSession(1, 8).ok());  // drops nothing
+  EXPECT_EQ(version(1), V(8, 0));
+  ASSERT_TRUE(store->TruncateSession(1, 6).ok());
+  EXPECT_EQ(version(1), V(6, 1));
+  ASSERT_TRUE(store->ForkSession(1, 2, 5, "o").ok());
+  EXPECT_EQ(version(2), V(5, 0));
+  TurnCommit c;
+  c.session_id = 1;
+  c.truncate_to = 4;
+  c.begin = 4;
+  c.prompt_end = 4;
+  const std::vector<int32_t> t = {7, 7};
+  c.tokens = t;
+  ASSERT_TRUE(store->CommitTurn(c).ok());
+  EXPECT_EQ(version(1), V(6, 2));
+  auto loaded = store->LoadSession(1);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->cuts, 2);
+  // A commit expecting the length before a cut that another writer moved changes nothing.
+  c.expected_length = 8;
+  c.truncate_to = 5;
+  c.begin = 5;
+  auto lost = store->CommitTurn(c);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, StatusCode::kAborted);
+  EXPECT_EQ(version(1), V(6, 2));
+  ASSERT_TRUE(store->DeleteSession(1).ok());
+  EXPECT_EQ(version(1), V(-1, -1));
+}
+
 TEST_P(StoreSessions, DeleteKeepsTheIdHighWaterMark) {
   auto store = MustOpen(Spec("s.db"));
   ASSERT_TRUE(store);
