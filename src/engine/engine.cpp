@@ -341,6 +341,37 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
   return st;
 }
 
+Status Engine::ExtendSession(SessionId id, std::span<const int32_t> tokens, std::vector<Turn> turns) {
+  Status st = Stopped();
+  Call([&] {
+    st = Status::Ok();
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
+      return;
+    }
+    Session& s = it->second;
+    if (s.busy || s.composing) {
+      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
+      return;
+    }
+    int at = static_cast<int>(s.tokens.size());
+    for (const Turn& t : turns) {
+      if (t.begin != at || t.prompt_end < t.begin || t.end < t.prompt_end) break;
+      at = t.end;
+    }
+    if (at != static_cast<int>(s.tokens.size() + tokens.size())) {
+      st = MakeError(StatusCode::kInvalidArgument, "session %lld: the turns do not tile the %zu appended tokens",
+                     static_cast<long long>(id), tokens.size());
+      return;
+    }
+    // The cache manager's KV length stays: positions past it are computed by the next turn.
+    s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+    s.turns.insert(s.turns.end(), turns.begin(), turns.end());
+  });
+  return st;
+}
+
 void Engine::SetNextSessionId(SessionId n) {
   RaiseNextSessionId(n);
 }

@@ -189,6 +189,13 @@ class Engine {
   // Adopts a session with a known token log (e.g. reloaded from a store); its KV is recomputed
   // or restored from the disk tier. Fails if the id exists.
   Status RestoreSession(SessionId id, std::vector<int32_t> tokens, std::vector<Turn> turns);
+  // Appends turns another writer stored (a replica on a shared store) to id's log, without
+  // computing them: the KV of the log as it was stays, and the next turn computes the new positions
+  // with its own (as any turn computes the positions past its session's KV). turns must tile
+  // [log length, log length + tokens.size()). Cost on the engine thread: O(tokens). Errors:
+  // kNotFound, kFailedPrecondition (a turn is in progress, or a composition reads it),
+  // kInvalidArgument (turns that do not tile the appended tokens), kUnavailable.
+  Status ExtendSession(SessionId id, std::span<const int32_t> tokens, std::vector<Turn> turns);
   Status DeleteSession(SessionId id);
   // New sessions get ids >= n (e.g. above every id a store ever handed out).
   void SetNextSessionId(SessionId n);
