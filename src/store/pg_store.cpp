@@ -534,6 +534,15 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
                          LL(t.session_id), LL(*len), LL(*t.expected_length));
       }
     }
+    if (t.expected_cuts) {
+      MNEMO_TRY(LockSession(c, t.session_id));
+      auto cuts = c.QueryInt("SELECT cuts FROM sessions WHERE id=$1", {t.session_id});
+      if (!cuts) return cuts.error();
+      if (cuts->value_or(-1) != *t.expected_cuts) {
+        return MakeError(StatusCode::kAborted, "session %lld was cut %lld times, not the %lld this writer expected",
+                         LL(t.session_id), LL(cuts->value_or(-1)), LL(*t.expected_cuts));
+      }
+    }
     if (t.truncate_to) MNEMO_TRY(TruncateSessionTx(c, t.session_id, *t.truncate_to, now));
     MNEMO_TRY(AppendTurnTx(c, t.session_id, t.begin, t.prompt_end, t.tokens, t.complete, now));
     const int64_t end = t.begin + static_cast<int64_t>(t.tokens.size());

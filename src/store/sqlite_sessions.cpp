@@ -327,6 +327,17 @@ Result<std::vector<std::string>> SqliteStore::CommitTurn(const TurnCommit& c) {
                        LL(c.session_id), LL(*len), LL(*c.expected_length));
     }
   }
+  if (c.expected_cuts) {
+    auto st = writer_->Prepare("SELECT cuts FROM sessions WHERE id=?1");
+    if (!st) return st.error();
+    auto row = st->Bind(1, c.session_id).Step();
+    if (!row) return row.error();
+    if (!*row) return MakeError("unknown session %lld", LL(c.session_id));
+    if (st->Int(0) != *c.expected_cuts) {
+      return MakeError(StatusCode::kAborted, "session %lld was cut %lld times, not the %lld this writer expected",
+                       LL(c.session_id), LL(st->Int(0)), LL(*c.expected_cuts));
+    }
+  }
   if (c.truncate_to) MNEMO_TRY(TruncateSessionTx(c.session_id, *c.truncate_to, now));
   MNEMO_TRY(AppendTurnTx(c.session_id, c.begin, c.prompt_end, c.tokens, c.complete, now));
   int64_t end = c.begin + static_cast<int64_t>(c.tokens.size());

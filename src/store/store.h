@@ -204,6 +204,9 @@ struct TurnCommit {
   // Compare-and-set: when set, the session's stored length before truncation must be this, else
   // kAborted (another writer moved the session). begin == stored length is always checked.
   std::optional<int64_t> expected_length;
+  // And its cut count (SessionVersion::cuts) must be this: a log cut and regrown to the same
+  // length by another writer is not the one this writer appends to. kAborted otherwise.
+  std::optional<int64_t> expected_cuts;
   // The response object; CommitTurn fills in its session_id and end_token (= begin + tokens.size()).
   std::optional<StoredResponse> response;
   std::optional<ConversationUpdate> conversation;

@@ -195,10 +195,21 @@ TEST_P(StoreSessions, VersionCountsCuts) {
   c.expected_length = 8;
   c.truncate_to = 5;
   c.begin = 5;
+  c.prompt_end = 5;
   auto lost = store->CommitTurn(c);
   ASSERT_FALSE(lost.ok());
   EXPECT_EQ(lost.error().code, StatusCode::kAborted);
   EXPECT_EQ(version(1), V(6, 2));
+  // So does one expecting the right length but a log cut since (cut and regrown to that length).
+  c.expected_length = 6;
+  c.expected_cuts = 1;
+  lost = store->CommitTurn(c);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, StatusCode::kAborted);
+  c.expected_cuts = 2;
+  auto won = store->CommitTurn(c);
+  ASSERT_TRUE(won.ok()) << won.error().message;
+  EXPECT_EQ(version(1), V(7, 3));
   ASSERT_TRUE(store->DeleteSession(1).ok());
   EXPECT_EQ(version(1), V(-1, -1));
 }
