@@ -29,6 +29,13 @@ ApiError Invalid(std::string msg, std::string param) {
 }  // namespace
 
 ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
+  // A session the request names (previous_response_id's chain, a conversation): loaded when this
+  // replica does not hold it, brought in step with a shared store when it does.
+  int64_t synced = -1;
+  if (spec.hint.session >= 0 && Probes()) {
+    SyncSession(spec.hint.session, spec.owner, /*load=*/true);
+    synced = spec.hint.session;
+  }
   if (spec.context.budget <= 0 && config_.default_context.budget > 0) spec.context = config_.default_context;
   ContextReport report;
   if (spec.context.budget > 0 && !spec.prompt) {
@@ -39,7 +46,7 @@ ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
   } else if (windows_ && !spec.prompt && !spec.template_extra && spec.hint.session < 0 && spec.hint.key.empty()) {
     if (auto fast = StartResent(spec)) return std::move(*fast);
   }
-  auto st = StartRendered(std::move(spec));
+  auto st = StartRendered(std::move(spec), synced);
   if (auto* t = std::get_if<StartedTurn>(&st)) t->context = std::move(report);
   return st;
 }

@@ -92,24 +92,21 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
         MNEMO_TRY(store->SetTokenIdentity(identity));
       }
     }
+    if (store->shared()) {
+      // Other replicas hold most of a shared store's sessions: each is loaded when a request names
+      // it (SyncSession). Loading them all cost every replica the whole store at every start.
+      spdlog::info("shared store: sessions load when a request names them");
+      return s;
+    }
     std::vector<int64_t> invalid;  // sessions holding ids outside the vocabulary (a damaged store)
     Status st = store->ForEachSession([&](StoredSession&& ss) -> Status {
-      for (int32_t t : ss.tokens) {
-        if (t < 0 || t >= tokenizer.n_vocab()) {
-          invalid.push_back(ss.id);
-          return Status::Ok();
-        }
+      const int64_t id = ss.id;
+      Status r = s->Adopt(std::move(ss));
+      if (r.code() == StatusCode::kDataLoss) {
+        invalid.push_back(id);
+        return Status::Ok();
       }
-      std::vector<Turn> turns;
-      for (const auto& t : ss.turns) turns.push_back(Turn{int(t.begin), int(t.prompt_end), int(t.end)});
-      Status r = engine.RestoreSession(ss.id, ss.tokens, std::move(turns));
-      if (!r.ok()) return r;
-      Entry& e = s->sessions_[ss.id];
-      e.owner = ss.owner;
-      e.tokens = std::move(ss.tokens);
-      e.stored = true;
-      s->IndexLocked(ss.id, 0);
-      return Status::Ok();
+      return r;
     });
     if (!st.ok()) return st.error();
     for (int64_t id : invalid) {
@@ -228,7 +225,7 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
   return plan;
 }
 
-ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
+ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int depth) {
   auto rendered = RenderText(spec);
   if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
   const std::string text = std::move(std::get<std::string>(rendered));
@@ -327,6 +324,31 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec) {
       index_.SetUse(target, UseOf(e));
     }
     break;
+  }
+  // On a shared store, the session found here may have moved on another replica: one probe, and a
+  // stale copy is brought in step and the plan made again (at most twice: then the turn goes on,
+  // and a commit on a copy that moved again loses the compare-and-set).
+  if (plan != Plan::kNew && target != synced && depth < 2 && !FreshInStore(target)) {
+    bool busy_elsewhere = false;  // a fork's source may have a turn running here
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(target);
+      if (it != sessions_.end() && plan != Plan::kFork) {
+        it->second.busy = false;
+        IndexLocked(target, it->second.tokens.size());
+      } else if (it != sessions_.end()) {
+        busy_elsewhere = it->second.busy;
+      }
+    }
+    if (!busy_elsewhere) {
+      SyncSession(target, spec.owner, /*load=*/false);
+      return StartRendered(std::move(spec), target, depth + 1);
+    }
+    // Its running turn's commit will find the store moved: start afresh rather than fork a prefix
+    // the store may no longer hold.
+    plan = Plan::kNew;
+    target = -1;
+    lcp = 0;
   }
 
   StartedTurn st;
@@ -461,12 +483,16 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   std::vector<std::string> item_ids;
   std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
   std::optional<int64_t> store_truncate;  // an earlier cut of the log that the store has not seen
+  std::optional<SessionVersion> expected;  // the stored log this copy continues (shared stores)
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(t.session);
     if (it != sessions_.end()) {
       unstored = it->second.unstored_prefix;
       store_truncate = it->second.store_truncate;
+      if (it->second.stored && !t.new_session && !t.fork_of) {
+        expected = SessionVersion{it->second.store_length, it->second.store_cuts};
+      }
     }
   }
   const bool nothing_new = t.prefill && r.log_append.empty() && unstored.empty();
@@ -498,6 +524,12 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
         c.tokens = commit_tokens;
       }
       c.complete = true;
+      // On a shared store another replica may have moved the session since this copy was read:
+      // the commit then fails (kAborted) instead of appending to, or cutting, a log it never saw.
+      if (!c.create_session && !t.fork_of && expected && store_->shared()) {
+        c.expected_length = expected->n_tokens;
+        c.expected_cuts = expected->cuts;
+      }
       c.response = std::move(response);
       c.conversation = std::move(conversation);
       const bool recorded = request.has_value();
@@ -529,6 +561,17 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   e.busy = keep && t.prefill;  // a prompt computed for n choices stays reserved for them (StartChoices)
   if (keep) e.unstored_prefix.clear();
   if (keep && store_) e.stored = true;  // the commit above stored it (or its fork)
+  if (keep && store_ && !nothing_new) {  // the stored log is now this copy's
+    const bool created = t.new_session || t.fork_of || !unstored.empty();
+    const int64_t before = expected ? expected->n_tokens : 0;
+    const bool cut = !created && store_truncate && *store_truncate < before;
+    e.store_cuts = created ? 0 : (expected ? expected->cuts : 0) + (cut ? 1 : 0);
+    e.store_length = static_cast<int64_t>(r.log_begin + r.log_append.size());
+    if (!unstored.empty()) e.store_length = static_cast<int64_t>(unstored.size() + r.log_append.size());
+  } else if (keep && store_ && t.fork_of) {  // the fork alone was stored
+    e.store_cuts = 0;
+    e.store_length = t.fork_at;
+  }
   const size_t kept = keep ? std::min(e.tokens.size(), static_cast<size_t>(r.log_begin)) : e.tokens.size();
   if (keep) {
     if (!nothing_new) e.store_truncate.reset();

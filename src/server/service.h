@@ -18,6 +18,18 @@
 // not from nothing. The running turn's tokens are not in that log, and the engine checks that the
 // log still begins with the tokens the fork was planned on (Engine::ForkSession).
 //
+// Sessions on a shared store (PostgreSQL, several replicas: issue 14). A replica holds only the
+// sessions it was asked for: none at start, a session named by a request (previous_response_id's
+// chain, a conversation) is loaded from the store then. Before a turn continues or forks a stored
+// session, one probe (Store::GetSessionVersion) compares this copy with the store: equal, it is
+// used; the stored log grew past it (another replica served the conversation meanwhile), the
+// missing turns are appended to the engine's log and computed with the new turn, keeping the KV of
+// what this copy had; cut and regrown, or deleted, the copy is rebuilt from the stored tokens (KV
+// from the tiers whose identity matches, else recomputed) or forgotten. The commit then expects
+// the stored log as this copy saw it (compare-and-set), and a commit that loses drops the copy, so
+// the next turn reloads it. With a store of one writer (SQLite) every session is loaded at start,
+// and none is probed: the store cannot change behind this process.
+//
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
 
@@ -194,7 +206,8 @@ class ServedModel {
 
 class Service : public ServedModel {
  public:
-  // store may be null (nothing persisted). Loads the stored sessions into the engine.
+  // store may be null (nothing persisted). Loads the stored sessions into the engine, unless the
+  // store is shared (they load on demand then).
   static Result<std::unique_ptr<Service>> Create(Engine& engine, const Tokenizer& tokenizer,
                                                  ChatTemplate chat_template, Store* store,
                                                  const ServiceConfig& config);
@@ -252,7 +265,31 @@ class Service : public ServedModel {
   Status DeleteSession(int64_t id, const std::string& owner);
 
  private:
-  ApiResult<StartedTurn> StartRendered(TurnSpec spec);
+  // synced: a session brought in step with the store for this turn already (-1: none); depth:
+  // how many times the plan was made again after a stale copy was brought in step.
+  ApiResult<StartedTurn> StartRendered(TurnSpec spec, int64_t synced = -1, int depth = 0);
+  // What SyncSession found.
+  enum class Sync {
+    kSkipped,  // not probed: no shared store, a session the store does not hold yet, or one
+               // with a turn running here (its commit checks the store instead)
+    kFresh,    // this copy is the stored log
+    kLoaded,   // this replica did not hold it: loaded from the store
+    kDelta,    // the stored log grew past this copy: the missing turns were appended
+    kRebuilt,  // the stored log was cut since this copy was read: rebuilt from the stored tokens
+    kAbsent,   // the store does not hold it (deleted): the local copy, if any, is forgotten
+  };
+  // Brings this replica's copy of stored session id in step with a shared store (see the header
+  // comment); with `load`, loads it when this replica does not hold it and it is owner's. Cost: one
+  // primary-key probe when the copy is fresh; a stale one also reads the session's log.
+  Sync SyncSession(int64_t id, const std::string& owner, bool load);
+  // Whether stored session id, as this replica holds it, is still the stored log: one probe. True
+  // when nothing can be probed (no shared store, not stored, the store unreachable: its commit
+  // then fails and drops the copy).
+  bool FreshInStore(int64_t id);
+  // Adopts a stored session into the engine and the mirror. Callers hold no lock.
+  Status Adopt(StoredSession&& ss);
+  // Whether the store probes sessions before turns (a shared store).
+  bool Probes() const { return store_ && store_->shared(); }
   // Continues session `source`'s latest turn, whose prompt summary is its Entry::window, with the
   // reply and the new messages `more` (the shared part of both fast paths). nullopt: not
   // applicable, nothing changed.
@@ -301,6 +338,10 @@ class Service : public ServedModel {
                                   // with other tokens); appends and turn starts leave it
     std::vector<int32_t> unstored_prefix;  // a composed session's log, not yet in the store
     std::optional<int64_t> store_truncate;  // the engine's log was cut here; the store's not yet
+    // The stored log's SessionVersion when this copy last agreed with it (load or commit): a
+    // shared store is probed against it before a turn (SyncSession).
+    int64_t store_length = 0;
+    int64_t store_cuts = 0;
     std::string text;             // the rendering of the latest templated turn; "" when unknown
     std::vector<TurnMark> marks;  // templated turns whose text is a prefix of `text`, in log order
     // The latest turn's prompt messages, summarised, when its mark is marks.back() (fast paths):

@@ -112,6 +112,20 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
     it->second.busy = true;
     index_.SetUse(source, UseOf(it->second));
   }
+  // On a shared store the session may have moved on another replica (one probe): brought in step,
+  // the whole-history path plans the turn on what the store holds.
+  if (!FreshInStore(source)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(source);
+      if (it != sessions_.end()) {
+        it->second.busy = false;
+        IndexLocked(source, it->second.tokens.size());
+      }
+    }
+    SyncSession(source, spec.owner, /*load=*/false);
+    return std::nullopt;
+  }
   StartedTurn st;
   st.session = source;
   st.prompt_tokens = static_cast<int>(context);

@@ -8,14 +8,20 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 
 #include "format/make_model.h"
+#include "store/store.h"
 
 #include "../store/pg_server.h"
+#include "../store/test_util.h"
 #include "server_process.h"
 
 namespace mnemo::testing {
@@ -24,7 +30,8 @@ namespace {
 using Json = nlohmann::json;
 
 struct Replica {
-  explicit Replica(const std::string& db) : proc({"--db", db}), c("127.0.0.1", proc.port()) {
+  explicit Replica(const std::string& db) : Replica(std::vector<std::string>{"--db", db}) {}
+  explicit Replica(const std::vector<std::string>& flags) : proc(flags), c("127.0.0.1", proc.port()) {
     c.set_read_timeout(120, 0);
     c.set_connection_timeout(5, 0);
   }
@@ -257,6 +264,198 @@ TEST_F(Replicas, UnreachableDatabaseIsA503ThenRecovers) {
   EXPECT_TRUE(a.Post("/v1/conversations", Json::object()).is_object());
   Json r1 = a.Post("/v1/responses", Turn("Hello there."));
   EXPECT_TRUE(r1.is_object());
+}
+
+
+// Freshness (issue 14): a conversation continued on replica b, which appended turns to the session
+// a holds, comes back to a. a's copy is a prefix of the stored log: a appends the missing tokens
+// (prefilled with the turn) and keeps the KV of what it had, instead of committing on a stale copy
+// (which lost the store's compare-and-set and failed the turn). At temperature 0 on the exact path
+// the turns say what one replica serving the whole conversation says.
+TEST_F(Replicas, ConversationBackOnTheFirstReplicaCatchesUp) {
+  const std::vector<std::string> exact = {"--precision", "f32", "--kv-dtype", "f32", "--kv-disk-mb", "0"};
+  auto replica = [&](const std::string& db) {
+    std::vector<std::string> f = {"--db", db};
+    f.insert(f.end(), exact.begin(), exact.end());
+    return std::make_unique<Replica>(f);
+  };
+  auto a = replica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  auto b = replica(db_);  // started after r1: it may hold r1's session as well
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  Json r2 = b->Post("/v1/responses", t2);
+  ASSERT_TRUE(r2.is_object());
+  Json t3 = Turn("Where did it go next?");
+  t3["previous_response_id"] = r2["id"];
+  auto back = a->c.Post("/v1/responses", t3.dump(), "application/json");
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->status, 200) << back->body << "\n" << a->proc.log();
+  Json r3 = Json::parse(back->body);
+  // a kept the KV of the turn it served (the prefix), and computed b's turn with the new one.
+  const int r1_tokens = r1["usage"]["input_tokens"].get<int>() + r1["usage"]["output_tokens"].get<int>();
+  EXPECT_GE(Cached(r3), r1_tokens - 32) << r3["usage"].dump();
+  EXPECT_LT(Cached(r3), r3["usage"]["input_tokens"].get<int>());
+
+  // One replica on its own database serving the same conversation says the same.
+  const std::string solo_db = pg_->NewDatabase();
+  ASSERT_FALSE(solo_db.empty());
+  auto solo = replica(solo_db);
+  ASSERT_GT(solo->proc.port(), 0) << solo->proc.log();
+  Json s1 = solo->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  Json s2 = Turn("What did the cat eat?");
+  s2["previous_response_id"] = s1["id"];
+  s2 = solo->Post("/v1/responses", s2);
+  Json s3 = Turn("Where did it go next?");
+  s3["previous_response_id"] = s2["id"];
+  s3 = solo->Post("/v1/responses", s3);
+  EXPECT_EQ(Text(s1), Text(r1));
+  EXPECT_EQ(Text(s2), Text(r2));
+  EXPECT_EQ(Text(s3), Text(r3));
+}
+
+
+// A replica on a shared store loads no session at start (other replicas hold them); a request
+// naming one (previous_response_id) loads that one, and only it.
+TEST_F(Replicas, SessionsLoadWhenARequestNamesThem) {
+  std::vector<std::string> ids;
+  {
+    Replica a(db_);
+    ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+    for (const char* topic : {"a cat.", "a dog.", "a bird."}) {
+      Json r = a.Post("/v1/responses", Turn(std::string("Tell me a story about ") + topic));
+      ASSERT_TRUE(r.is_object());
+      ids.push_back(r["id"]);
+    }
+  }
+  ASSERT_EQ(PgInt(db_, "SELECT count(*) FROM sessions"), 3);
+  Replica c(db_);
+  ASSERT_GT(c.proc.port(), 0) << c.proc.log();
+  EXPECT_EQ(c.Get("/v1/sessions")["data"].size(), 0u) << c.proc.log();
+  Json t = Turn("What happened next?");
+  t["previous_response_id"] = ids[1];
+  Json r = c.Post("/v1/responses", t);
+  ASSERT_TRUE(r.is_object());
+  Json held = c.Get("/v1/sessions")["data"];
+  ASSERT_EQ(held.size(), 1u) << held.dump();
+  EXPECT_EQ(held[0]["tokens"].get<int>(), r["usage"]["input_tokens"].get<int>() + r["usage"]["output_tokens"].get<int>())
+      << "the loaded session, continued in place";
+}
+
+// Another writer cut the session a holds and regrew it to the same length with other tokens (as a
+// replica editing the conversation's last reply would): a's copy has diverged. a rebuilds it from
+// the store before the next turn, so the stored log of that turn is the history as stored, as a
+// fresh replica serving the same request stores it; the old code appended to its own copy and
+// the commit passed (same length), storing a turn computed on tokens the store does not hold.
+TEST_F(Replicas, DivergedCopyIsRebuiltFromTheStore) {
+  const std::vector<std::string> flags = {"--db", db_, "--precision", "f32", "--kv-dtype", "f32", "--kv-disk-mb", "0"};
+  Replica a(flags);
+  ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+  Json r1 = a.Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  auto store = Store::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto got = (*store)->GetResponse(r1["id"], "");
+  ASSERT_TRUE(got.ok() && got->has_value() && (*got)->session_id);
+  const int64_t sid = *(*got)->session_id;
+  auto s = (*store)->LoadSession(sid);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_EQ(s->turns.size(), 1u);
+  const int64_t k = s->turns[0].prompt_end + 1, n = static_cast<int64_t>(s->tokens.size());
+  ASSERT_LT(k, n);
+  std::vector<int32_t> other(s->tokens.begin() + k, s->tokens.end());
+  other[0] = other[0] == 5 ? 6 : 5;
+  ASSERT_TRUE((*store)->TruncateSession(sid, k).ok());
+  ASSERT_TRUE((*store)->AppendTurn(sid, k, k, other, true).ok());
+
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  Json r2 = a.Post("/v1/responses", t2);
+  ASSERT_TRUE(r2.is_object());
+  Replica fresh(flags);
+  ASSERT_GT(fresh.proc.port(), 0) << fresh.proc.log();
+  Json f2 = fresh.Post("/v1/responses", t2);
+  ASSERT_TRUE(f2.is_object());
+  EXPECT_EQ(Text(r2), Text(f2));
+  auto log_of = [&](const Json& r) {
+    auto resp = (*store)->GetResponse(r["id"], "");
+    EXPECT_TRUE(resp.ok() && resp->has_value() && (*resp)->session_id) << r.dump();
+    if (!resp.ok() || !resp->has_value() || !(*resp)->session_id) return std::vector<int32_t>();
+    auto l = (*store)->LoadSession(*(*resp)->session_id);
+    EXPECT_TRUE(l.ok());
+    if (!l.ok()) return std::vector<int32_t>();
+    l->tokens.resize(std::min<size_t>(l->tokens.size(), (*resp)->end_token));
+    return l->tokens;
+  };
+  const std::vector<int32_t> stored = log_of(r2);
+  EXPECT_EQ(stored, log_of(f2)) << a.proc.log();
+  // The other writer's tokens are where it put them, in its session.
+  auto after = (*store)->LoadSession(sid);
+  ASSERT_TRUE(after.ok());
+  ASSERT_GE(after->tokens.size(), static_cast<size_t>(n));
+  EXPECT_EQ(after->tokens[k], other[0]);
+}
+
+
+// Measured, not run by default (docs/benchmarks.md, issue 14): MNEMO_BENCH_SESSIONS=2000 stores
+// that many sessions (two turns, 400 tokens each) in PostgreSQL and in a SQLite file, then times a
+// replica's start on each (to the line naming its address: model load included) and one turn that
+// names a stored session; and times the freshness probe (Store::GetSessionVersion) on PostgreSQL.
+TEST_F(Replicas, BenchStartWithManyStoredSessions) {
+  const char* env = std::getenv("MNEMO_BENCH_SESSIONS");
+  if (!env) GTEST_SKIP() << "set MNEMO_BENCH_SESSIONS=2000 to measure";
+  const int n = std::atoi(env);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("mnemo-bench-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string sqlite = (dir / "s.db").string();
+  for (const std::string& spec : {db_, sqlite}) {
+    auto store = Store::Open(spec, testing_util::WithDurability(Durability::kNormal));
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    std::vector<int32_t> turn(200);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int id = 1; id <= n; ++id) {
+      for (int t = 0; t < 2; ++t) {
+        for (int i = 0; i < 200; ++i) turn[i] = 1 + (id * 7 + t * 200 + i) % 500;
+        TurnCommit c;
+        c.session_id = id;
+        c.create_session = t == 0;
+        c.begin = t * 200;
+        c.prompt_end = t * 200 + 150;
+        c.tokens = turn;
+        ASSERT_TRUE((*store)->CommitTurn(c).ok());
+      }
+    }
+    std::printf("[ bench    ] %s: %d sessions stored in %.1f s\n", spec == db_ ? "PostgreSQL" : "SQLite", n,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (const std::string& spec : {db_, sqlite}) {
+    std::vector<double> starts;
+    for (int run = 0; run < 3; ++run) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ServerProcess p({"--db", spec, "--kv-disk-mb", "0", "--max-context", "512"});
+      starts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      ASSERT_GT(p.port(), 0) << p.log();
+    }
+    std::sort(starts.begin(), starts.end());
+    std::printf("[ bench    ] %s, %d stored sessions: start %.3f s (median of 3; min %.3f, max %.3f)\n",
+                spec == db_ ? "PostgreSQL" : "SQLite", n, starts[1], starts[0], starts[2]);
+  }
+  auto store = Store::Open(db_);
+  ASSERT_TRUE(store.ok());
+  std::vector<double> probe_ms;
+  for (int i = 0; i < 2000; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto v = (*store)->GetSessionVersion(1 + (i * 7919) % n);
+    probe_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_TRUE(v.ok() && v->has_value());
+  }
+  std::sort(probe_ms.begin(), probe_ms.end());
+  std::printf("[ bench    ] GetSessionVersion on PostgreSQL (127.0.0.1), %zu probes: p50 %.3f ms, p99 %.3f ms\n",
+              probe_ms.size(), probe_ms[probe_ms.size() / 2], probe_ms[probe_ms.size() * 99 / 100]);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,200 @@
+// Sessions on a shared store (issue 14): loading a stored session on demand, and the per-turn probe
+// that brings this replica's copy in step with the store (service.h's header comment).
+#include <algorithm>
+
+#include "base/log.h"
+#include "server/service.h"
+
+namespace mnemo {
+namespace {
+
+std::vector<Turn> EngineTurns(const std::vector<StoredTurn>& stored, int64_t from) {
+  std::vector<Turn> turns;
+  for (const StoredTurn& t : stored) {
+    if (t.begin >= from) turns.push_back(Turn{int(t.begin), int(t.prompt_end), int(t.end)});
+  }
+  return turns;
+}
+
+}  // namespace
+
+Status Service::Adopt(StoredSession&& ss) {
+  for (int32_t t : ss.tokens) {
+    if (t < 0 || t >= tok_.n_vocab()) {
+      return MakeError(StatusCode::kDataLoss, "stored session %lld holds token ids outside the vocabulary",
+                       static_cast<long long>(ss.id));
+    }
+  }
+  MNEMO_TRY(engine_.RestoreSession(ss.id, ss.tokens, EngineTurns(ss.turns, 0)));
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = sessions_[ss.id];
+  e.owner = ss.owner;
+  e.store_length = static_cast<int64_t>(ss.tokens.size());
+  e.store_cuts = ss.cuts;
+  e.tokens = std::move(ss.tokens);
+  e.stored = true;
+  IndexLocked(ss.id, 0);
+  return Status::Ok();
+}
+
+bool Service::FreshInStore(int64_t id) {
+  if (!Probes()) return true;
+  int64_t length = 0, cuts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || !it->second.stored) return true;
+    length = it->second.store_length;
+    cuts = it->second.store_cuts;
+  }
+  auto v = store_->GetSessionVersion(id);
+  if (!v.ok()) {
+    spdlog::warn("session {}: cannot compare with the store ({}): {}", id, StatusCodeName(v.error().code),
+                 v.error().message);
+    return true;
+  }
+  return v->has_value() && (*v)->n_tokens == length && (*v)->cuts == cuts;
+}
+
+Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool load) {
+  if (!Probes() || id <= 0) return Sync::kSkipped;
+  bool held = false;
+  uint64_t version = 0;
+  int64_t length = 0, cuts = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    DropExpiredLocked();
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {
+      const Entry& e = it->second;
+      if (!e.stored || e.busy) return Sync::kSkipped;
+      held = true;
+      version = e.version;
+      length = e.store_length;
+      cuts = e.store_cuts;
+    }
+  }
+  if (!held && !load) return Sync::kSkipped;
+  auto v = store_->GetSessionVersion(id);
+  if (!v.ok()) {  // the turn goes on with what this replica holds; a commit on a stale copy fails
+    spdlog::warn("session {}: cannot compare with the store ({}): {}", id, StatusCodeName(v.error().code),
+                 v.error().message);
+    return Sync::kSkipped;
+  }
+  auto forget = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ForgetLocked(id);
+    }
+    engine_.DiscardSession(id);
+  };
+  if (!v->has_value()) {
+    if (!held) return Sync::kAbsent;
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(id);
+      idle = it != sessions_.end() && it->second.version == version && !it->second.busy;
+      if (idle) ForgetLocked(id);
+    }
+    if (idle) {
+      engine_.DiscardSession(id);
+      spdlog::info("session {}: deleted from the store: local copy dropped", id);
+    }
+    return Sync::kAbsent;
+  }
+  const SessionVersion stored = **v;
+  if (held && stored.n_tokens == length && stored.cuts == cuts) return Sync::kFresh;
+
+  // Stale or not held: claim the entry (busy) while its log changes, so no turn starts on it.
+  std::vector<int32_t> local;
+  bool pending_cut = false;
+  if (held) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.version != version || it->second.busy) return Sync::kSkipped;
+    Entry& e = it->second;
+    e.busy = true;
+    index_.SetUse(id, UseOf(e));
+    local = e.tokens;
+    pending_cut = e.store_truncate.has_value() || !e.unstored_prefix.empty();
+  }
+  auto ss = store_->LoadSession(id);
+  if (!ss.ok()) {
+    spdlog::warn("session {}: cannot load it from the store ({}): {}", id, StatusCodeName(ss.error().code),
+                 ss.error().message);
+    if (held) forget();  // the copy is stale: the next turn loads it again
+    return Sync::kSkipped;
+  }
+  if (!held) {
+    if (ss->owner != owner) return Sync::kSkipped;  // another owner's: never this request's
+    const int64_t n = static_cast<int64_t>(ss->tokens.size());
+    Status a = Adopt(std::move(*ss));
+    if (!a.ok()) {
+      // Loaded meanwhile by a concurrent request (kAlreadyExists), or not loadable.
+      if (a.code() != StatusCode::kAlreadyExists) spdlog::warn("session {}: not loaded: {}", id, a.error().message);
+      return Sync::kSkipped;
+    }
+    spdlog::info("session {}: loaded from the store ({} tokens)", id, n);
+    return Sync::kLoaded;
+  }
+
+  // The copy is a prefix of the stored log when no cut happened since it was read (appends only
+  // grow the log) and it holds nothing the store has not seen; the tokens are compared as well.
+  const size_t n_local = local.size();
+  const bool prefix = ss->cuts == cuts && !pending_cut && n_local == static_cast<size_t>(length) &&
+                      ss->tokens.size() >= n_local && std::equal(local.begin(), local.end(), ss->tokens.begin());
+  const int64_t n_stored = static_cast<int64_t>(ss->tokens.size());
+  if (prefix) {
+    Status x = engine_.ExtendSession(id, std::span<const int32_t>(ss->tokens).subspan(n_local),
+                                     EngineTurns(ss->turns, static_cast<int64_t>(n_local)));
+    if (!x.ok()) {
+      spdlog::warn("session {}: cannot append the stored turns: {}; local copy dropped", id, x.error().message);
+      forget();
+      return Sync::kSkipped;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = sessions_.at(id);
+    UnlinkLocked(id, e);  // its latest turn is another replica's now: no fast path continues it
+    e.tokens = std::move(ss->tokens);
+    e.version++;
+    e.store_length = n_stored;
+    e.store_cuts = ss->cuts;
+    e.busy = false;
+    IndexLocked(id, n_local);
+    spdlog::info("session {}: {} stored tokens appended (the store had {}, this replica {})", id,
+                 n_stored - static_cast<int64_t>(n_local), n_stored, n_local);
+    return Sync::kDelta;
+  }
+  // Diverged: rebuilt from the stored log, as a restart restores it.
+  std::string key;  // its client session key (X-Session-Id) stays with it
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    key = sessions_.at(id).key;
+    ForgetLocked(id);
+  }
+  Status d = engine_.DeleteSession(id);
+  if (!d.ok() && d.code() != StatusCode::kNotFound) {
+    spdlog::warn("session {}: cannot drop the diverged copy: {}", id, d.error().message);
+    return Sync::kSkipped;
+  }
+  const std::string session_owner = ss->owner;
+  Status a = Adopt(std::move(*ss));
+  if (!a.ok()) {
+    spdlog::warn("session {}: not rebuilt: {}", id, a.error().message);
+    return Sync::kSkipped;
+  }
+  if (!key.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && !keys_.count(session_owner + '\n' + key)) {
+      it->second.key = key;
+      keys_[session_owner + '\n' + key] = id;
+    }
+  }
+  spdlog::info("session {}: diverged from the store (cuts {} -> {}, length {} -> {}): rebuilt from its {} stored tokens",
+               id, cuts, stored.cuts, length, stored.n_tokens, n_stored);
+  return Sync::kRebuilt;
+}
+
+}  // namespace mnemo
