@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -298,6 +300,8 @@ TEST_F(Replicas, ConversationBackOnTheFirstReplicaCatchesUp) {
   // a kept the KV of the turn it served (the prefix), and computed b's turn with the new one.
   const int r1_tokens = r1["usage"]["input_tokens"].get<int>() + r1["usage"]["output_tokens"].get<int>();
   EXPECT_GE(Cached(r3), r1_tokens - 32) << r3["usage"].dump();
+  std::printf("[ replicas ] back on a: %d of %d input tokens cached (a's copy held %d)\n", Cached(r3),
+              r3["usage"]["input_tokens"].get<int>(), r1_tokens);
   EXPECT_LT(Cached(r3), r3["usage"]["input_tokens"].get<int>());
 
   // One replica on its own database serving the same conversation says the same.
@@ -316,7 +320,6 @@ TEST_F(Replicas, ConversationBackOnTheFirstReplicaCatchesUp) {
   EXPECT_EQ(Text(s2), Text(r2));
   EXPECT_EQ(Text(s3), Text(r3));
 }
-
 
 // A replica on a shared store loads no session at start (other replicas hold them); a request
 // naming one (previous_response_id) loads that one, and only it.
@@ -345,13 +348,7 @@ TEST_F(Replicas, SessionsLoadWhenARequestNamesThem) {
       << "the loaded session, continued in place";
 }
 
-// Another writer cut the session a holds and regrew it to the same length with other tokens (as a
-// replica editing the conversation's last reply would): a's copy has diverged. a rebuilds it from
-// the store before the next turn, so the stored log of that turn is the history as stored, as a
-// fresh replica serving the same request stores it; the old code appended to its own copy and
-// the commit passed (same length), storing a turn computed on tokens the store does not hold.
-TEST_F(Replicas, DivergedCopyIsRebuiltFromTheStore) {
-  const std::vector<std::string> flags = {"--db", db_, "--precision", "f32", "--kv-dtype", "f32", "--kv-disk-mb", "0"};
+void DivergedCopyIsRebuilt(const std::string& db_, const std::vector<std::string>& flags) {
   Replica a(flags);
   ASSERT_GT(a.proc.port(), 0) << a.proc.log();
   Json r1 = a.Post("/v1/responses", Turn("Tell me a story about a cat."));
@@ -399,31 +396,51 @@ TEST_F(Replicas, DivergedCopyIsRebuiltFromTheStore) {
   EXPECT_EQ(after->tokens[k], other[0]);
 }
 
+// Another writer cut the session a holds and regrew it to the same length with other tokens (as a
+// replica editing the conversation's last reply would): a's copy has diverged. a rebuilds it from
+// the store before the next turn, so the stored log of that turn is the history as stored, as a
+// fresh replica serving the same request stores it; the old code appended to its own copy and
+// the commit passed (same length), storing a turn computed on tokens the store does not hold.
+// Twice: through the fast path that continues the previous response's window (the probe in
+// StartWindowed), and with --render-whole through the whole-history plan (the probe in
+// StartRendered).
+TEST_F(Replicas, DivergedCopyIsRebuiltFromTheStore) {
+  for (const bool whole : {false, true}) {
+    SCOPED_TRACE(whole ? "--render-whole" : "windows");
+    const std::string db = whole ? pg_->NewDatabase() : db_;
+    std::vector<std::string> flags = {"--db", db, "--precision", "f32", "--kv-dtype", "f32", "--kv-disk-mb", "0"};
+    if (whole) flags.push_back("--render-whole");
+    DivergedCopyIsRebuilt(db, flags);
+  }
+}
+
 
 // Measured, not run by default (docs/benchmarks.md, issue 14): MNEMO_BENCH_SESSIONS=2000 stores
-// that many sessions (two turns, 400 tokens each) in PostgreSQL and in a SQLite file, then times a
+// that many sessions (two turns of MNEMO_BENCH_TURN tokens, default 200) in PostgreSQL and in a
+// SQLite file, then times a
 // replica's start on each (to the line naming its address: model load included) and one turn that
 // names a stored session; and times the freshness probe (Store::GetSessionVersion) on PostgreSQL.
 TEST_F(Replicas, BenchStartWithManyStoredSessions) {
   const char* env = std::getenv("MNEMO_BENCH_SESSIONS");
   if (!env) GTEST_SKIP() << "set MNEMO_BENCH_SESSIONS=2000 to measure";
   const int n = std::atoi(env);
+  const int turn_tokens = std::getenv("MNEMO_BENCH_TURN") ? std::atoi(std::getenv("MNEMO_BENCH_TURN")) : 200;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("mnemo-bench-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string sqlite = (dir / "s.db").string();
   for (const std::string& spec : {db_, sqlite}) {
     auto store = Store::Open(spec, testing_util::WithDurability(Durability::kNormal));
     ASSERT_TRUE(store.ok()) << store.error().message;
-    std::vector<int32_t> turn(200);
+    std::vector<int32_t> turn(turn_tokens);
     const auto t0 = std::chrono::steady_clock::now();
     for (int id = 1; id <= n; ++id) {
       for (int t = 0; t < 2; ++t) {
-        for (int i = 0; i < 200; ++i) turn[i] = 1 + (id * 7 + t * 200 + i) % 500;
+        for (int i = 0; i < turn_tokens; ++i) turn[i] = 1 + (id * 7 + t * turn_tokens + i) % 500;
         TurnCommit c;
         c.session_id = id;
         c.create_session = t == 0;
-        c.begin = t * 200;
-        c.prompt_end = t * 200 + 150;
+        c.begin = t * turn_tokens;
+        c.prompt_end = t * turn_tokens + turn_tokens / 2;
         c.tokens = turn;
         ASSERT_TRUE((*store)->CommitTurn(c).ok());
       }
@@ -433,15 +450,22 @@ TEST_F(Replicas, BenchStartWithManyStoredSessions) {
   }
   for (const std::string& spec : {db_, sqlite}) {
     std::vector<double> starts;
+    long rss_kb = 0;  // the last run's resident set once it serves
     for (int run = 0; run < 3; ++run) {
       const auto t0 = std::chrono::steady_clock::now();
-      ServerProcess p({"--db", spec, "--kv-disk-mb", "0", "--max-context", "512"});
+      ServerProcess p({"--db", spec, "--kv-disk-mb", "0", "--max-context", std::to_string(4 * turn_tokens)});
       starts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       ASSERT_GT(p.port(), 0) << p.log();
+      std::ifstream status("/proc/" + std::to_string(p.pid()) + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("VmRSS:", 0) == 0) rss_kb = std::atol(line.c_str() + 6);
+      }
     }
     std::sort(starts.begin(), starts.end());
-    std::printf("[ bench    ] %s, %d stored sessions: start %.3f s (median of 3; min %.3f, max %.3f)\n",
-                spec == db_ ? "PostgreSQL" : "SQLite", n, starts[1], starts[0], starts[2]);
+    std::printf("[ bench    ] %s, %d stored sessions of %d tokens: start %.3f s (median of 3; min %.3f, max %.3f), "
+                "RSS %.0f MB\n",
+                spec == db_ ? "PostgreSQL" : "SQLite", n, 2 * turn_tokens, starts[1], starts[0], starts[2],
+                rss_kb / 1024.0);
   }
   auto store = Store::Open(db_);
   ASSERT_TRUE(store.ok());
