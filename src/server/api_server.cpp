@@ -28,6 +28,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
     : config_(config), service_(service), metrics_(metrics),
       dedup_(std::make_unique<RequestDedup>(service.store(), config.request_id_ttl_s)) {
   for (const auto& k : config_.api_keys) key_hashes_.push_back(KeyOwner(k));
+  service_.SetSyncObserver([this](const char* result, double s) { metrics_.SessionSync(result, s); });
   http::ServerLimits limits;
   limits.workers = config_.http_threads;
   limits.max_connections = config_.max_connections;

@@ -54,7 +54,14 @@ Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
       e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
-      queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}) {}
+      queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      probe_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1}) {}
+
+void Metrics::SessionSync(const char* result, double probe_seconds) {
+  probe_.Observe(probe_seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  syncs_[result]++;
+}
 
 void Metrics::Shed(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -127,6 +134,13 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
            "Turns refused for load: admission (before any work), engine (in the engine's queue), draining");
     for (const auto& [k, v] : shed_) {
       Line(&out, "mnemo_shed_total{reason=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
+    }
+    Header(&out, "mnemo_session_syncs_total", "counter",
+           "Probes of a shared store before a turn, by what they found: fresh (the copy is the stored log), "
+           "stale (it is not: then delta or rebuilt), loaded (not held here), delta (stored turns appended), "
+           "rebuilt (diverged: rebuilt from the stored tokens), absent (deleted from the store)");
+    for (const auto& [k, v] : syncs_) {
+      Line(&out, "mnemo_session_syncs_total{result=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
     }
   }
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -221,6 +235,7 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   itl_.Render("mnemo_inter_token_seconds", "Time between streamed tokens", &out);
   e2e_.Render("mnemo_request_seconds", "Turn latency, submit to done", &out);
   queue_.Render("mnemo_queue_wait_seconds", "Time turns waited for admission to the batch", &out);
+  probe_.Render("mnemo_store_probe_seconds", "Per-turn probe of a shared store (Store::GetSessionVersion)", &out);
   return out;
 }
 

@@ -55,6 +55,9 @@ class Metrics {
   void WindowedTurn() { windowed_++; }
   // A turn's request answered with the recorded answer of an earlier attempt (X-Mnemo-Request-Id).
   void Deduplicated() { deduplicated_++; }
+  // A probe of the shared store before a turn (Service::SyncSession): what it found ("fresh",
+  // "stale", "loaded", "delta", "rebuilt", "absent") and how long the probe took.
+  void SessionSync(const char* result, double probe_seconds);
   // This replica's name (ApiServer::replica_id), rendered as mnemo_replica_info{replica="..."} 1.
   void SetReplica(const std::string& id);
 
@@ -72,8 +75,9 @@ class Metrics {
   std::atomic<uint64_t> deduplicated_{0};
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
   std::map<std::string, uint64_t> shed_;    // reason -> turns refused for load
+  std::map<std::string, uint64_t> syncs_;   // SessionSync result -> probes
   std::string replica_;                     // "" until SetReplica
-  Histogram ttft_, itl_, e2e_, queue_;
+  Histogram ttft_, itl_, e2e_, queue_, probe_;
 };
 
 }  // namespace mnemo

@@ -213,6 +213,11 @@ class Service : public ServedModel {
                                                  const ServiceConfig& config);
 
   const ServiceConfig& config() const { return config_; }
+  // Told of every probe of a shared store (SyncSession, FreshInStore): what it found ("fresh",
+  // "stale", "loaded", "delta", "rebuilt", "absent") and how long the probe took, in seconds. Set
+  // before serving (ApiServer counts them in /metrics).
+  using SyncObserver = std::function<void(const char* result, double probe_seconds)>;
+  void SetSyncObserver(SyncObserver fn) { on_sync_ = std::move(fn); }
   Engine& engine() { return engine_; }
   Store* store() { return store_; }
 
@@ -391,6 +396,7 @@ class Service : public ServedModel {
   std::unordered_map<std::string, int64_t> prompts_;    // owner + '\n' + prompt hash -> session (Entry::window)
   std::unordered_map<std::string, int64_t> responses_;  // owner + '\n' + response id -> session
   bool windows_ = false;  // the template renders windows (TemplateRendersWindows)
+  SyncObserver on_sync_;  // SetSyncObserver
 };
 
 }  // namespace mnemo

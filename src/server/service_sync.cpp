@@ -1,12 +1,17 @@
 // Sessions on a shared store (issue 14): loading a stored session on demand, and the per-turn probe
 // that brings this replica's copy in step with the store (service.h's header comment).
 #include <algorithm>
+#include <chrono>
 
 #include "base/log.h"
 #include "server/service.h"
 
 namespace mnemo {
 namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::vector<Turn> EngineTurns(const std::vector<StoredTurn>& stored, int64_t from) {
   std::vector<Turn> turns;
@@ -47,13 +52,16 @@ bool Service::FreshInStore(int64_t id) {
     length = it->second.store_length;
     cuts = it->second.store_cuts;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   auto v = store_->GetSessionVersion(id);
   if (!v.ok()) {
     spdlog::warn("session {}: cannot compare with the store ({}): {}", id, StatusCodeName(v.error().code),
                  v.error().message);
     return true;
   }
-  return v->has_value() && (*v)->n_tokens == length && (*v)->cuts == cuts;
+  const bool fresh = v->has_value() && (*v)->n_tokens == length && (*v)->cuts == cuts;
+  if (on_sync_) on_sync_(fresh ? "fresh" : "stale", SecondsSince(t0));
+  return fresh;
 }
 
 Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool load) {
@@ -75,7 +83,14 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
     }
   }
   if (!held && !load) return Sync::kSkipped;
+  const auto t0 = std::chrono::steady_clock::now();
   auto v = store_->GetSessionVersion(id);
+  const double probe_s = SecondsSince(t0);
+  auto report = [&](Sync kind) {
+    static const char* const kNames[] = {"skipped", "fresh", "loaded", "delta", "rebuilt", "absent"};
+    if (on_sync_ && kind != Sync::kSkipped) on_sync_(kNames[static_cast<int>(kind)], probe_s);
+    return kind;
+  };
   if (!v.ok()) {  // the turn goes on with what this replica holds; a commit on a stale copy fails
     spdlog::warn("session {}: cannot compare with the store ({}): {}", id, StatusCodeName(v.error().code),
                  v.error().message);
@@ -89,7 +104,7 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
     engine_.DiscardSession(id);
   };
   if (!v->has_value()) {
-    if (!held) return Sync::kAbsent;
+    if (!held) return report(Sync::kAbsent);
     bool idle = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -101,10 +116,10 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
       engine_.DiscardSession(id);
       spdlog::info("session {}: deleted from the store: local copy dropped", id);
     }
-    return Sync::kAbsent;
+    return report(Sync::kAbsent);
   }
   const SessionVersion stored = **v;
-  if (held && stored.n_tokens == length && stored.cuts == cuts) return Sync::kFresh;
+  if (held && stored.n_tokens == length && stored.cuts == cuts) return report(Sync::kFresh);
 
   // Stale or not held: claim the entry (busy) while its log changes, so no turn starts on it.
   std::vector<int32_t> local;
@@ -136,7 +151,7 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
       return Sync::kSkipped;
     }
     spdlog::info("session {}: loaded from the store ({} tokens)", id, n);
-    return Sync::kLoaded;
+    return report(Sync::kLoaded);
   }
 
   // The copy is a prefix of the stored log when no cut happened since it was read (appends only
@@ -153,18 +168,20 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
       forget();
       return Sync::kSkipped;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = sessions_.at(id);
-    UnlinkLocked(id, e);  // its latest turn is another replica's now: no fast path continues it
-    e.tokens = std::move(ss->tokens);
-    e.version++;
-    e.store_length = n_stored;
-    e.store_cuts = ss->cuts;
-    e.busy = false;
-    IndexLocked(id, n_local);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = sessions_.at(id);
+      UnlinkLocked(id, e);  // its latest turn is another replica's now: no fast path continues it
+      e.tokens = std::move(ss->tokens);
+      e.version++;
+      e.store_length = n_stored;
+      e.store_cuts = ss->cuts;
+      e.busy = false;
+      IndexLocked(id, n_local);
+    }
     spdlog::info("session {}: {} stored tokens appended (the store had {}, this replica {})", id,
                  n_stored - static_cast<int64_t>(n_local), n_stored, n_local);
-    return Sync::kDelta;
+    return report(Sync::kDelta);
   }
   // Diverged: rebuilt from the stored log, as a restart restores it.
   std::string key;  // its client session key (X-Session-Id) stays with it
@@ -194,7 +211,7 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
   }
   spdlog::info("session {}: diverged from the store (cuts {} -> {}, length {} -> {}): rebuilt from its {} stored tokens",
                id, cuts, stored.cuts, length, stored.n_tokens, n_stored);
-  return Sync::kRebuilt;
+  return report(Sync::kRebuilt);
 }
 
 }  // namespace mnemo

@@ -68,6 +68,15 @@ std::string Text(const Json& response) {
 
 int Cached(const Json& response) { return response["usage"]["input_tokens_details"].value("cached_tokens", -1); }
 
+// mnemo_session_syncs_total{result="<result>"} in the replica's /metrics (0 when absent).
+int64_t Syncs(httplib::Client& c, const std::string& result) {
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string key = "mnemo_session_syncs_total{result=\"" + result + "\"} ";
+  const size_t at = r->body.find(key);
+  return at == std::string::npos ? 0 : std::stoll(r->body.substr(at + key.size()));
+}
+
 class Replicas : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -303,6 +312,8 @@ TEST_F(Replicas, ConversationBackOnTheFirstReplicaCatchesUp) {
   std::printf("[ replicas ] back on a: %d of %d input tokens cached (a's copy held %d)\n", Cached(r3),
               r3["usage"]["input_tokens"].get<int>(), r1_tokens);
   EXPECT_LT(Cached(r3), r3["usage"]["input_tokens"].get<int>());
+  EXPECT_EQ(Syncs(a->c, "delta"), 1);
+  EXPECT_EQ(Syncs(b->c, "loaded"), 1);
 
   // One replica on its own database serving the same conversation says the same.
   const std::string solo_db = pg_->NewDatabase();
@@ -344,6 +355,7 @@ TEST_F(Replicas, SessionsLoadWhenARequestNamesThem) {
   ASSERT_TRUE(r.is_object());
   Json held = c.Get("/v1/sessions")["data"];
   ASSERT_EQ(held.size(), 1u) << held.dump();
+  EXPECT_EQ(Syncs(c.c, "loaded"), 1);
   EXPECT_EQ(held[0]["tokens"].get<int>(), r["usage"]["input_tokens"].get<int>() + r["usage"]["output_tokens"].get<int>())
       << "the loaded session, continued in place";
 }
@@ -387,6 +399,7 @@ void DivergedCopyIsRebuilt(const std::string& db_, const std::vector<std::string
     l->tokens.resize(std::min<size_t>(l->tokens.size(), (*resp)->end_token));
     return l->tokens;
   };
+  EXPECT_EQ(Syncs(a.c, "rebuilt"), 1);
   const std::vector<int32_t> stored = log_of(r2);
   EXPECT_EQ(stored, log_of(f2)) << a.proc.log();
   // The other writer's tokens are where it put them, in its session.
