@@ -529,6 +529,42 @@ TEST(Engine, TruncateInsideAChunkSharedWithAForkKeepsThePrefix) {
   EXPECT_EQ((*e)->Stats().cache.cow_copies, 1);
 }
 
+// Turns another writer stored, appended with ExtendSession (issue 14): the KV the session had is
+// read from T0, the appended positions are computed with the next turn's own, and the turn equals
+// one computed from scratch on the whole log. A session with a turn running, or turns that do not
+// tile the tokens, are refused and change nothing.
+TEST(Engine, ExtendSessionKeepsTheKvItHadAndComputesTheRest) {
+  auto e = Engine::Create(*F().l.model, *F().tok, Config(64, 0, 0, "pensieve"));
+  ASSERT_TRUE(e.ok());
+  Rng rng(31);
+  SessionId a = (*e)->CreateSession();
+  auto first = RandomTokens(rng, 60);
+  first.insert(first.begin(), 1);
+  ASSERT_EQ((*(*e)->Submit(Greedy(a, first, 10)))->Wait().finish_reason, FinishReason::kLength);
+  const int had = static_cast<int>((*e)->GetSession(a)->tokens.size());  // 71
+  const auto stored = RandomTokens(rng, 40);                               // another replica's turn
+  EXPECT_EQ((*e)->ExtendSession(a, stored, {Turn{had, had + 30, had + 39}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*e)->ExtendSession(a + 100, stored, {}).code(), StatusCode::kNotFound);
+  ASSERT_TRUE((*e)->ExtendSession(a, stored, {Turn{had, had + 30, had + 40}}).ok());
+  auto info = (*e)->GetSession(a);
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(static_cast<int>(info->tokens.size()), had + 40);
+  ASSERT_EQ(info->turns.size(), 2u);
+  EXPECT_EQ(info->turns[1].begin, had);
+  std::vector<int32_t> ctx = info->tokens;
+  auto more = RandomTokens(rng, 9);
+  ctx.insert(ctx.end(), more.begin(), more.end());
+  TurnResult r = (*(*e)->Submit(Greedy(a, more, 5)))->Wait();
+  ExpectMatches(r, FromScratch(ctx, 5), "after ExtendSession");
+  EXPECT_EQ(r.sources.recomputed, 0);
+  EXPECT_EQ(r.sources.t0, had - 1);  // the KV it had (the log's last token is fed with the turn)
+  auto h = (*e)->Submit(Greedy(a, RandomTokens(rng, 3), 50));
+  ASSERT_TRUE(h.ok());
+  Status busy = (*e)->ExtendSession(a, stored, {Turn{0, 0, 0}});
+  if (!busy.ok()) EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);  // unless it already ended
+  (*h)->Wait();
+}
+
 // A restart with the same disk directory: sessions come back from their token logs and their next
 // turn reads the disk tier instead of recomputing; a slot corrupted on purpose is recomputed.
 TEST(Engine, RestartReadsTheDiskTierAndRecomputesCorruptChunks) {
