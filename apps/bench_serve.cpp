@@ -281,8 +281,12 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
   };
   // Stream events are read through Get/Str/num, which never insert, never throw and treat a
   // missing or mistyped field as absent: a server's odd event must not take the client down.
+  bool ended = false;  // the stream's own last event came (a cut stream can end cleanly for HTTP)
   SseReader sse([&](std::string_view payload) {
-    if (payload == "[DONE]") return;
+    if (payload == "[DONE]") {
+      ended = true;
+      return;
+    }
     const Json j = Json::parse(payload, nullptr, false);
     if (!j.is_object()) return fail("unparsable stream event: " + std::string(payload.substr(0, 200)));
     if (j.contains("error")) {
@@ -311,6 +315,7 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
       } else if (type == "response.created") {
         *response_id = Str(Get(r, "id"));
       } else if (type == "response.completed" || type == "response.incomplete") {
+        ended = true;
         if (!Str(Get(r, "id")).empty()) *response_id = Str(Get(r, "id"));
         const Json& u = Get(r, "usage");
         if (u.is_object()) {
@@ -324,6 +329,7 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
     } else {  // llamacpp
       on_text(Str(Get(j, "content")));
       if (Get(j, "stop") == true) {
+        ended = true;
         rec->prompt_tokens = num(j, "tokens_evaluated");
         rec->completion_tokens = num(j, "tokens_predicted");
         // timings.cache_n: prompt tokens reused from the slot; "tokens_cached" is the slot's whole
@@ -369,6 +375,9 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
     rec->error = "HTTP " + std::to_string(res.status) + ": " + sse.head().substr(0, 300);
   } else if (rec->error.empty() && chunks == 0 && rec->planned_output > 0) {
     rec->error = "the stream ended without any text";
+  } else if (rec->error.empty() && !ended) {
+    // Its reply is not known complete, nor stored: the conversation cannot go on from it.
+    rec->error = "the stream ended before its final event";
   }
   if (rec->completion_tokens < 0) rec->completion_tokens = chunks;
   return text;
