@@ -12,7 +12,10 @@ void WaitEstimator::Pass(double now, int admitted, bool left_waiting) {
     if (window_time_ >= kWindow) {
       const double sample = window_admits_ / window_time_;
       const double was = rate_.load(std::memory_order_relaxed);
-      rate_.store(was < 0 ? sample : 0.5 * was + 0.5 * sample, std::memory_order_relaxed);
+      // A stale rate is not blended: it no longer describes the engine.
+      const bool fresh = was >= 0 && now - rate_at_.load(std::memory_order_relaxed) <= kStale + window_time_;
+      rate_.store(fresh ? 0.5 * was + 0.5 * sample : sample, std::memory_order_relaxed);
+      rate_at_.store(now, std::memory_order_relaxed);
       window_time_ = 0;
       window_admits_ = 0;
     }
@@ -35,8 +38,9 @@ int WaitEstimator::Ahead(int arriving) const {
 double WaitEstimator::Estimate(double now, int arriving) const {
   const int ahead = Ahead(arriving);
   if (ahead == 0 && arriving < free_slots_.load(std::memory_order_relaxed)) return 0;
-  const double rate = rate_.load(std::memory_order_relaxed);
-  double forecast = 0;  // unmeasured: the sojourn alone speaks
+  const double at = rate_at_.load(std::memory_order_relaxed);
+  const double rate = at >= 0 && now - at <= kStale ? rate_.load(std::memory_order_relaxed) : -1;
+  double forecast = 0;  // unmeasured or stale: the sojourn alone speaks
   if (rate > 0) forecast = (ahead + 1) / rate;
   if (rate == 0 && ahead > 0) forecast = std::numeric_limits<double>::infinity();
   const double oldest = oldest_.load(std::memory_order_relaxed);

@@ -20,6 +20,10 @@
 // of workload (long turns after short ones) is followed within a second or two. The sojourn term
 // (CoDel's signal) covers what the forecast misses: no measurement yet, or a batch stalled for
 // memory where nothing drains; the newcomer waits at least as long as the turns ahead still must.
+// A rate last measured more than kStale seconds ago (no backlog since) is not used: it describes the
+// engine as it was (a stall, a CPU taken by something else, a memory-bound spell), and a rate near 0
+// kept from such a spell refused every turn that arrived while another waited, long after the
+// engine had recovered. Until a fresh window closes, the sojourn alone speaks.
 // With nothing ahead and a free batch place left for the newcomer the estimate is 0.
 //
 // Thread-safety: Pass and Publish on the engine thread only; the readers from any thread (each a
@@ -34,6 +38,8 @@ class WaitEstimator {
  public:
   // Shortest stretch of backlog one drain-rate sample spans (seconds).
   static constexpr double kWindow = 0.25;
+  // Age past which a drain rate no longer counts (seconds since the window that measured it).
+  static constexpr double kStale = 2.0;
 
   // One admission pass at `now` (engine clock, seconds) admitted `admitted` turns; `left_waiting`:
   // turns were still waiting after it.
@@ -48,7 +54,7 @@ class WaitEstimator {
   // Seconds a turn submitted at `now` would wait for admission, with `arriving` others on their way
   // (+infinity when turns wait and the engine has measured that none drain).
   double Estimate(double now, int arriving = 0) const;
-  // Turns admitted per second of backlog (< 0: not measured yet).
+  // Turns admitted per second of backlog (< 0: not measured yet), whatever its age.
   double drain_rate() const { return rate_.load(std::memory_order_relaxed); }
   int waiting() const { return waiting_.load(std::memory_order_relaxed); }
   int free_slots() const { return free_slots_.load(std::memory_order_relaxed); }
@@ -61,6 +67,7 @@ class WaitEstimator {
   int window_admits_ = 0;     // admissions in them
   // Published.
   std::atomic<double> rate_{-1};
+  std::atomic<double> rate_at_{-1};  // when rate_ was last updated (engine clock)
   std::atomic<int> waiting_{0};
   std::atomic<int> free_slots_{1};
   std::atomic<double> oldest_{-1};

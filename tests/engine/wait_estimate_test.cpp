@@ -71,6 +71,28 @@ TEST(WaitEstimator, ABacklogThatDoesNotDrainIsAnEndlessWait) {
   EXPECT_NEAR(v.Estimate(t), 0.25, 0.01);
 }
 
+// A rate measured during a stall (nothing drained) refuses newcomers while the stall lasts, and not
+// after it: once no backlog has been measured for kStale seconds, a turn waiting for a moment is
+// judged by its sojourn alone (before, the near-0 rate of a past spell made every arrival behind
+// one waiting turn an endless wait: a soak with 2 clients saw 18 of 28 turns refused on an idle
+// engine, drain rate 0).
+TEST(WaitEstimator, ARateFromAPastStallGoesStale) {
+  WaitEstimator w;
+  double t = 0;
+  for (int i = 0; i < 10; i++) w.Pass(t += 0.1, 0, true);  // a stall: nothing admitted
+  EXPECT_EQ(w.drain_rate(), 0);
+  w.Publish(1, /*free_slots=*/0, t);
+  EXPECT_TRUE(std::isinf(w.Estimate(t)));
+  w.Pass(t += 0.1, 1, false);  // it ends; the queue empties
+  t += WaitEstimator::kStale + 1;
+  w.Publish(1, /*free_slots=*/0, t - 0.05);  // later, one turn waits 50 ms
+  EXPECT_NEAR(w.Estimate(t), 0.05, 1e-9);
+  // A new backlog measures afresh, not blended with the stale 0.
+  w.Pass(t, 0, true);
+  for (int i = 0; i < 5; i++) w.Pass(t += 0.1, 1, true);
+  EXPECT_NEAR(w.drain_rate(), 10, 0.5);
+}
+
 // Turns let in at the door but not yet queued count once the batch's free places are taken: a
 // burst checked against one published queue no longer passes whole.
 TEST(WaitEstimator, ArrivalsBeyondTheFreePlacesQueue) {
