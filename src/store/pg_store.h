@@ -57,6 +57,7 @@ class PgStore final : public Store {
   Result<int64_t> MaxSessionId() override;
   Result<std::optional<int64_t>> TokenIdentity() override;
   Status SetTokenIdentity(int64_t identity) override;
+  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
   Result<int64_t> DeleteAllSessions() override;
   Result<bool> HasSessions() override;
   Result<IdentityClaim> ClaimTokenIdentity(int64_t identity) override;

@@ -96,7 +96,10 @@ Status SqliteStore::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, 
                 .Run());
   auto upd = writer_->Prepare("UPDATE sessions SET n_tokens=?2, updated_at=?3 WHERE id=?1");
   if (!upd) return upd.error();
-  return upd->Bind(1, id).Bind(2, end).Bind(3, now).Run();
+  MNEMO_TRY(upd->Bind(1, id).Bind(2, end).Bind(3, now).Run());
+  // A turn that completes no chunk has no mark to add (one missing before it is added when one does).
+  if (begin / kPrefixChunk == end / kPrefixChunk) return {};
+  return sqlite::MarkPrefixes(*writer_, id, tokens);
 }
 
 Status SqliteStore::TruncateSessionTx(int64_t id, int64_t n, double now) {
@@ -114,6 +117,7 @@ Status SqliteStore::TruncateSessionTx(int64_t id, int64_t n, double now) {
       "DELETE FROM turns WHERE session_id=?1 AND turn_begin>=?2",
       "UPDATE responses SET session_id=NULL WHERE session_id=?1 AND end_token>?2",
       "UPDATE conversations SET session_id=NULL, end_token=NULL WHERE session_id=?1 AND end_token>?2",
+      "DELETE FROM session_prefixes WHERE session_id=?1 AND n_tokens>?2",
   };
   for (const char* sql : kSteps) {
     auto st = writer_->Prepare(sql);
@@ -171,12 +175,17 @@ Status SqliteStore::ForkSession(int64_t src, int64_t dst, int64_t n, const std::
       "tokens=substr(tokens, 1, (?2 - turn_begin) * 4) "
       "WHERE session_id=?3 AND turn_begin<?2 AND turn_end>?2",
       "UPDATE sessions SET n_tokens=?2 WHERE id=?3",  // ?1 unused: SQLite allows gaps
+      // The marks within the fork, when the chain's seed (the owner) is the same.
+      "INSERT INTO session_prefixes(session_id, n_tokens, hash) SELECT ?3, n_tokens, hash FROM session_prefixes "
+      "WHERE session_id=?1 AND n_tokens<=?2 "
+      "AND (SELECT owner FROM sessions WHERE id=?1) = (SELECT owner FROM sessions WHERE id=?3)",
   };
   for (const char* sql : kSteps) {
     auto st = writer_->Prepare(sql);
     if (!st) return st.error();
     MNEMO_TRY(st->Bind(1, src).Bind(2, n).Bind(3, dst).Run());
   }
+  MNEMO_TRY(sqlite::MarkPrefixes(*writer_, dst, {}));  // another owner's fork: its own chain
   return tx->Commit();
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "store/sqlite_db.h"
 
@@ -116,6 +117,18 @@ CREATE INDEX request_records_by_expiry ON request_records(expires_at);
     R"sql(
 ALTER TABLE sessions ADD COLUMN cuts INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // v4 -> v5: the prefix index (store.h): each session's marks, a chained hash of its owner and
+    // tokens at every full chunk (n_tokens a multiple of 32). The stored sessions are marked by
+    // Migrate right after this script.
+    R"sql(
+CREATE TABLE session_prefixes(
+  session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  n_tokens INTEGER NOT NULL,
+  hash INTEGER NOT NULL,
+  PRIMARY KEY(session_id, n_tokens)
+);
+CREATE INDEX session_prefixes_by_hash ON session_prefixes(hash, session_id);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -131,6 +144,23 @@ Status Configure(Db& db, const StoreOptions& options) {
     return db.Err("cannot switch to WAL mode (journal_mode is '" + (*row ? mode->Text(0) : "") + "')");
   }
   return db.Exec("PRAGMA foreign_keys=ON");
+}
+
+// v4 -> v5: marks every stored session's log (the prefix index). Cost: reading every log once.
+Status MarkStoredSessions(Db& db) {
+  std::vector<int64_t> ids;
+  {
+    auto st = db.Prepare("SELECT id FROM sessions ORDER BY id");
+    if (!st) return st.error();
+    for (;;) {
+      auto row = st->Step();
+      if (!row) return row.error();
+      if (!*row) break;
+      ids.push_back(st->Int(0));
+    }
+  }
+  for (int64_t id : ids) MNEMO_TRY(sqlite::MarkPrefixes(db, id, {}));
+  return {};
 }
 
 // Brings the schema to Store::kSchemaVersion in one transaction.
@@ -159,6 +189,7 @@ Status Migrate(Db& db, const std::string& path) {
   }
   for (; version < Store::kSchemaVersion; ++version) {
     MNEMO_TRY(db.Exec(kMigrations[version]));
+    if (version + 1 == 5) MNEMO_TRY(MarkStoredSessions(db));
     auto ins = db.Prepare("INSERT INTO schema_version(version, applied_at) VALUES(?1, ?2)");
     if (!ins) return ins.error();
     MNEMO_TRY(ins->Bind(1, version + 1).Bind(2, UnixNow()).Run());

@@ -25,6 +25,11 @@ namespace mnemo {
 
 namespace sqlite {
 class Db;
+// Marks session id's log at its full chunks past its last mark (the prefix index, store.h), in
+// the caller's write transaction. `last`: the log's final tokens when the caller has them (a turn
+// just appended), so that only the partial chunk before them is read back. Cost: one statement,
+// plus one read when a chunk is completed, plus one insert per completed chunk.
+Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last);
 }
 
 class SqliteStore final : public Store {
@@ -47,6 +52,7 @@ class SqliteStore final : public Store {
   Status SetTokenIdentity(int64_t identity) override;
   Result<int64_t> DeleteAllSessions() override;
   Result<bool> HasSessions() override;
+  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
   Result<std::vector<std::string>> CommitTurn(const TurnCommit& c) override;
   Status PutResponse(const StoredResponse& r) override;
   Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner) override;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "store/pg_store.h"
 #include "store/sqlite_store.h"
@@ -53,6 +54,21 @@ Result<std::vector<StoredSession>> Store::LoadSessions() {
   });
   if (!st) return st.error();
   return all;
+}
+
+// ---- the prefix index ----
+
+uint64_t PrefixSeed(const std::string& owner) { return XXH3_64bits(owner.data(), owner.size()); }
+
+std::vector<uint64_t> PrefixHashes(uint64_t seed, std::span<const int32_t> tokens) {
+  // The ids' bytes in host order, as the KV tiers hash them: replicas share one architecture.
+  const size_t n = tokens.size() / kPrefixChunk;
+  std::vector<uint64_t> out(n);
+  for (size_t k = 0; k < n; ++k) {
+    seed = XXH3_64bits_withSeed(tokens.data() + k * kPrefixChunk, sizeof(int32_t) * kPrefixChunk, seed);
+    out[k] = seed;
+  }
+  return out;
 }
 
 // ---- ids, clock ----

@@ -100,6 +100,32 @@ struct SessionVersion {
   int64_t cuts = 0;      // truncations that dropped tokens since the session was created
 };
 
+// ---- the prefix index (issue 14) ----
+
+// A stateless chat request names no session: it resends its history. To find the stored session
+// whose log that history continues, on a replica that does not hold it, the store marks every
+// session's log at each full chunk of kPrefixChunk tokens with a hash of the owner and of the
+// tokens up to there, chained: mark k (0-based, covering tokens [0, 32(k+1))) is
+//   h_k = XXH3-64(chunk k's token ids, seed h_{k-1}),   h_{-1} = PrefixSeed(owner).
+// Chained, a mark costs hashing its own 32 tokens, so a commit marks only the chunks its turn
+// completes. The marks are written in the transaction that changes the log (a turn's append, a
+// truncation drops the marks past it, a fork copies those within it) and are never the truth:
+// a session found by its marks is compared token by token with the request before it is used, so
+// a 64-bit collision can cost a wasted load, never a wrong answer.
+constexpr int64_t kPrefixChunk = 32;
+// The chain's seed: another owner's identical log has other marks.
+uint64_t PrefixSeed(const std::string& owner);
+// The marks of the full chunks of `tokens`, which begin right after a mark `seed` (PrefixSeed
+// for tokens from position 0): [tokens.size() / kPrefixChunk] hashes. Cost: one XXH3 pass.
+std::vector<uint64_t> PrefixHashes(uint64_t seed, std::span<const int32_t> tokens);
+
+// The session whose marks match a request's longest (Store::FindPrefix).
+struct PrefixMatch {
+  int64_t session_id = 0;
+  int64_t n_tokens = 0;        // tokens matched: a multiple of kPrefixChunk
+  int64_t session_tokens = 0;  // the session's log length
+};
+
 // ---- responses ----
 
 struct StoredResponse {
@@ -230,7 +256,7 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   // What the store was opened with, for logs (a PostgreSQL URL without its password).
   const std::string& path() const { return path_; }
   // True when several processes may write the store at once (PostgreSQL): session ids then come
@@ -295,6 +321,15 @@ class Store {
   // store cannot both claim it. (This default: TokenIdentity, HasSessions, SetTokenIdentity, for
   // a store with one writer process.)
   virtual Result<IdentityClaim> ClaimTokenIdentity(int64_t identity);
+
+  // ---- the prefix index (issue 14) ----
+  // Of owner's sessions, the one whose marks match the most of `hashes` (PrefixHashes(
+  // PrefixSeed(owner), the request's tokens)): the largest k with hashes[k - 1] a mark of that
+  // session at k * kPrefixChunk tokens; among sessions matching as many, the highest id. nullopt
+  // when none matches one chunk. Another owner's session never matches (its owner is checked,
+  // not only its seed). Cost: one statement, one index probe per hash (PostgreSQL); SQLite probes
+  // from the longest down and stops at the first match.
+  virtual Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) = 0;
 
   // ---- the durable end of a turn ----
   // Applies c in one transaction: optional session creation, optional truncation, the turn's

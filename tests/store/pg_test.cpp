@@ -185,13 +185,14 @@ TEST_F(PgStoreTest, NewerSchemaIsRefused) {
   EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
 }
 
-// A store of version 2 (before request-id records and cut counts) is upgraded at open, its data kept.
+// A store of version 2 (before request-id records, cut counts and the prefix index) is upgraded at open, its data kept.
 TEST_F(PgStoreTest, VersionTwoUpgrades) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_TRUE(s->CreateSession(5, "").ok());
   s.reset();
   ASSERT_TRUE(testing_util::PgExec(url_, "DROP TABLE request_records"));
+  ASSERT_TRUE(testing_util::PgExec(url_, "DROP TABLE session_prefixes"));
   ASSERT_TRUE(testing_util::PgExec(url_, "ALTER TABLE sessions DROP COLUMN cuts"));
   ASSERT_TRUE(testing_util::PgExec(url_, "DELETE FROM mnemo_schema_version WHERE version > 2"));
   s = Open();

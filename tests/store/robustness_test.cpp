@@ -256,6 +256,7 @@ CREATE TABLE conversation_items(
   UNIQUE(conversation_id, position)
 );
 DROP TABLE request_records;
+DROP TABLE session_prefixes;
 ALTER TABLE sessions DROP COLUMN cuts;
 DELETE FROM schema_version WHERE version >= 2;
 INSERT INTO conversations(id, owner, created_at, metadata_json) VALUES('conv_a', 'alice', 1, '{}');
