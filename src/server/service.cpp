@@ -325,6 +325,18 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
     }
     break;
   }
+  // On a shared store, a history that no session held here continues (a failover, a replica that
+  // never saw the conversation) may continue one another replica stored: the store's prefix index
+  // names it, it is loaded, and the plan is made again with it (once).
+  if (Probes() && !ap && plan != Plan::kContinue && depth == 0 && synced < 0 && spec.hint.session < 0 &&
+      spec.hint.key.empty()) {
+    if (const int64_t found = FindStored(spec.owner, tokens, lcp); found > 0) {
+      const Sync s = SyncSession(found, spec.owner, /*load=*/true);
+      if (s == Sync::kLoaded || s == Sync::kDelta || s == Sync::kRebuilt) {
+        return StartRendered(std::move(spec), found, depth + 1);
+      }
+    }
+  }
   // On a shared store, the session found here may have moved on another replica: one probe, and a
   // stale copy is brought in step and the plan made again (at most twice: then the turn goes on,
   // and a commit on a copy that moved again loses the compare-and-set).

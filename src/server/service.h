@@ -27,8 +27,12 @@
 // what this copy had; cut and regrown, or deleted, the copy is rebuilt from the stored tokens (KV
 // from the tiers whose identity matches, else recomputed) or forgotten. The commit then expects
 // the stored log as this copy saw it (compare-and-set), and a commit that loses drops the copy, so
-// the next turn reloads it. With a store of one writer (SQLite) every session is loaded at start,
-// and none is probed: the store cannot change behind this process.
+// the next turn reloads it. A stateless chat history (or raw prompt) names no session: when no
+// session held here continues it, the store's prefix index (Store::FindPrefix) names the stored
+// session sharing its longest run of full chunks, which is loaded and matched token by token as
+// any held session is (continued when the history extends its whole log, else forked where they
+// part). With a store of one writer (SQLite) every session is loaded at start, and none is
+// probed nor looked up: the store cannot change behind this process.
 //
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
@@ -287,6 +291,11 @@ class Service : public ServedModel {
   // comment); with `load`, loads it when this replica does not hold it and it is owner's. Cost: one
   // primary-key probe when the copy is fresh; a stale one also reads the session's log.
   Sync SyncSession(int64_t id, const std::string& owner, bool load);
+  // The stored session of owner whose log shares more full chunks with tokens (the request's whole
+  // rendering) than `held` tokens, the most this replica's own sessions share (Store::FindPrefix:
+  // the prefix index), or -1. What it names is only a candidate: once loaded, the longest-prefix
+  // match compares its tokens. Cost: hashing the tokens once, one statement.
+  int64_t FindStored(const std::string& owner, std::span<const int32_t> tokens, size_t held);
   // Whether stored session id, as this replica holds it, is still the stored log: one probe. True
   // when nothing can be probed (no shared store, not stored, the store unreachable: its commit
   // then fails and drops the copy).

@@ -64,6 +64,22 @@ bool Service::FreshInStore(int64_t id) {
   return fresh;
 }
 
+int64_t Service::FindStored(const std::string& owner, std::span<const int32_t> tokens, size_t held) {
+  if (tokens.size() < static_cast<size_t>(kPrefixChunk)) return -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto m = store_->FindPrefix(owner, PrefixHashes(PrefixSeed(owner), tokens));
+  if (!m.ok()) {  // the turn goes on with what this replica holds
+    spdlog::warn("cannot look the request's history up in the store's prefix index ({}): {}",
+                 StatusCodeName(m.error().code), m.error().message);
+    return -1;
+  }
+  if (!m->has_value() || static_cast<size_t>((*m)->n_tokens) <= held) return -1;
+  spdlog::info("session {}: its stored log shares {} of the request's {} tokens (this replica's best {}; looked up "
+               "in {:.3f} ms)",
+               (*m)->session_id, (*m)->n_tokens, tokens.size(), held, SecondsSince(t0) * 1e3);
+  return (*m)->session_id;
+}
+
 Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool load) {
   if (!Probes() || id <= 0) return Sync::kSkipped;
   bool held = false;

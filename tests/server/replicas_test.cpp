@@ -428,6 +428,193 @@ TEST_F(Replicas, DivergedCopyIsRebuiltFromTheStore) {
 }
 
 
+// ---- stateless chat after a failover: the stored prefix index (issue 14) ----
+
+const std::vector<std::string> kExact = {"--precision", "f32", "--kv-dtype", "f32", "--kv-disk-mb", "0"};
+
+std::unique_ptr<Replica> ExactReplica(const std::string& db, std::vector<std::string> more = {}) {
+  std::vector<std::string> f = {"--db", db};
+  f.insert(f.end(), kExact.begin(), kExact.end());
+  f.insert(f.end(), more.begin(), more.end());
+  return std::make_unique<Replica>(f);
+}
+
+// A chat completion (temperature 0) of `messages` as API key `key` ("" without auth); the reply is
+// appended to messages. The parsed body, or null (and a test failure).
+Json Chat(Replica& r, Json& messages, const std::string& key = "") {
+  httplib::Headers h;
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  const Json body = {{"model", "m"}, {"messages", messages}, {"max_tokens", 12}, {"temperature", 0}};
+  auto res = r.c.Post("/v1/chat/completions", h, body.dump(), "application/json");
+  EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response") << "\n" << r.proc.log();
+  if (!res || res->status != 200) return Json();
+  Json out = Json::parse(res->body);
+  messages.push_back({{"role", "assistant"}, {"content", out["choices"][0]["message"]["content"]}});
+  return out;
+}
+
+std::string ChatText(const Json& r) { return r.is_object() ? r["choices"][0]["message"].value("content", "") : ""; }
+
+const char* const kUserTurns[] = {"Tell me a story about a cat.", "What did the cat eat?", "Where did it go next?",
+                                  "And then?"};
+
+// Three turns of one conversation on `r` (a system prompt first); returns the history with replies.
+Json ThreeTurns(Replica& r, const std::string& key = "") {
+  Json messages = Json::array({{{"role", "system"}, {"content", "You are a storyteller for children."}}});
+  for (int t = 0; t < 3; ++t) {
+    messages.push_back({{"role", "user"}, {"content", kUserTurns[t]}});
+    if (!Chat(r, messages, key).is_object()) return Json();
+  }
+  return messages;
+}
+
+std::vector<int64_t> SessionIds(const std::string& db) {
+  auto store = Store::Open(db);
+  std::vector<int64_t> ids;
+  if (!store.ok()) return ids;
+  (void)(*store)->ForEachSession([&](StoredSession&& s) {
+    ids.push_back(s.id);
+    return Status::Ok();
+  });
+  return ids;
+}
+
+StoredSession LoadStored(const std::string& db, int64_t id) {
+  auto store = Store::Open(db);
+  EXPECT_TRUE(store.ok());
+  if (!store.ok()) return {};
+  auto s = (*store)->LoadSession(id);
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? *s : StoredSession{};
+}
+
+// A chat client resends its whole history; the turn after three on replica a lands on replica b
+// (a failover, or a front that routed it elsewhere). b holds no session of it, and the history
+// names none: b finds a's stored session by the prefix index, loads it and continues it, so the
+// store still holds one session for the conversation. The old code started a new one there (the
+// whole history as its first turn, a second session). At temperature 0 on the exact path the
+// reply is what one replica serving the whole conversation says.
+TEST_F(Replicas, ChatHistoryResentToAnotherReplicaContinuesItsSession) {
+  auto a = ExactReplica(db_);
+  auto b = ExactReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json history = ThreeTurns(*a);
+  ASSERT_TRUE(history.is_array());
+  const std::vector<int64_t> before = SessionIds(db_);
+  ASSERT_EQ(before.size(), 1u);
+  const size_t stored_tokens = LoadStored(db_, before[0]).tokens.size();
+
+  history.push_back({{"role", "user"}, {"content", kUserTurns[3]}});
+  Json r4 = Chat(*b, history);
+  ASSERT_TRUE(r4.is_object());
+  EXPECT_EQ(SessionIds(db_), before) << b->proc.log();
+  EXPECT_EQ(Syncs(b->c, "loaded"), 1);
+  const StoredSession s = LoadStored(db_, before[0]);
+  EXPECT_EQ(s.turns.size(), 4u);
+  EXPECT_EQ(s.tokens.size(), static_cast<size_t>(r4["usage"]["prompt_tokens"].get<int>() +
+                                                 r4["usage"]["completion_tokens"].get<int>()));
+  EXPECT_GT(s.tokens.size(), stored_tokens);
+  // And back on a: its copy grew on b (a delta), the conversation still one session.
+  history.push_back({{"role", "user"}, {"content", "Was it happy?"}});
+  Json r5 = Chat(*a, history);
+  ASSERT_TRUE(r5.is_object());
+  EXPECT_EQ(SessionIds(db_), before);
+  EXPECT_EQ(Syncs(a->c, "delta"), 1);
+
+  const std::string solo_db = pg_->NewDatabase();
+  ASSERT_FALSE(solo_db.empty());
+  auto solo = ExactReplica(solo_db);
+  ASSERT_GT(solo->proc.port(), 0) << solo->proc.log();
+  Json same = ThreeTurns(*solo);
+  ASSERT_TRUE(same.is_array());
+  EXPECT_EQ(same, Json(std::vector<Json>(history.begin(), history.begin() + 7)));
+  same.push_back({{"role", "user"}, {"content", kUserTurns[3]}});
+  EXPECT_EQ(ChatText(Chat(*solo, same)), ChatText(r4));
+  same.push_back({{"role", "user"}, {"content", "Was it happy?"}});
+  EXPECT_EQ(ChatText(Chat(*solo, same)), ChatText(r5));
+}
+
+// Owners: b finds a's session for the API key that made it, never for another key sending the
+// identical history (that one starts its own session).
+TEST_F(Replicas, ChatHistoryOfAnotherOwnerDoesNotMatch) {
+  auto a = ExactReplica(db_, {"--api-key", "k1", "--api-key", "k2"});
+  auto b = ExactReplica(db_, {"--api-key", "k1", "--api-key", "k2"});
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json history = ThreeTurns(*a, "k1");
+  ASSERT_TRUE(history.is_array());
+  const std::vector<int64_t> k1_session = SessionIds(db_);
+  ASSERT_EQ(k1_session.size(), 1u);
+  const size_t k1_tokens = LoadStored(db_, k1_session[0]).tokens.size();
+  history.push_back({{"role", "user"}, {"content", kUserTurns[3]}});
+
+  Json other = history;
+  Json r2 = Chat(*b, other, "k2");
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_EQ(Syncs(b->c, "loaded"), 0);
+  EXPECT_EQ(r2["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  std::vector<int64_t> ids = SessionIds(db_);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(LoadStored(db_, k1_session[0]).tokens.size(), k1_tokens) << "k2's turn touched k1's session";
+  EXPECT_NE(LoadStored(db_, ids[0]).owner, LoadStored(db_, ids[1]).owner);
+
+  Json mine = history;
+  Json r1 = Chat(*b, mine, "k1");
+  ASSERT_TRUE(r1.is_object());
+  EXPECT_EQ(Syncs(b->c, "loaded"), 1);
+  EXPECT_EQ(SessionIds(db_).size(), 2u) << "k1's history did not continue k1's session";
+  EXPECT_GT(LoadStored(db_, k1_session[0]).tokens.size(), k1_tokens);
+  EXPECT_EQ(ChatText(r1), ChatText(r2));  // the same history says the same, whoever sends it
+}
+
+// A history that leaves the stored log part-way (the client edited its third question) matches
+// only what they share: b loads the session and forks it there, as a single replica holding it
+// would; the stored conversation is left as it was, and the fork holds its turns up to the edit.
+TEST_F(Replicas, DivergedChatHistoryMatchesOnlyItsCommonPrefix) {
+  auto a = ExactReplica(db_);
+  auto b = ExactReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json history = ThreeTurns(*a);
+  ASSERT_TRUE(history.is_array());
+  ASSERT_EQ(SessionIds(db_).size(), 1u);
+  const StoredSession original = LoadStored(db_, SessionIds(db_)[0]);
+
+  Json edited(std::vector<Json>(history.begin(), history.begin() + 5));  // system, u1, a1, u2, a2
+  edited.push_back({{"role", "user"}, {"content", "Why was the cat sad?"}});
+  Json r = Chat(*b, edited);
+  ASSERT_TRUE(r.is_object());
+  EXPECT_EQ(Syncs(b->c, "loaded"), 1);
+  const std::vector<int64_t> ids = SessionIds(db_);
+  ASSERT_EQ(ids.size(), 2u);
+  const StoredSession after = LoadStored(db_, ids[0]);
+  EXPECT_EQ(after.tokens, original.tokens);
+  EXPECT_EQ(after.cuts, original.cuts);
+  const StoredSession fork = LoadStored(db_, ids[1]);
+  size_t common = 0;
+  while (common < fork.tokens.size() && common < original.tokens.size() &&
+         fork.tokens[common] == original.tokens[common]) {
+    common++;
+  }
+  // Shared: the first two turns (and the template's head of the third); the fork keeps their
+  // turns, where a session started afresh holds the whole history as one turn.
+  EXPECT_GE(common, static_cast<size_t>(original.turns[1].end));
+  EXPECT_LT(common, static_cast<size_t>(original.turns[2].prompt_end));
+  EXPECT_GE(fork.turns.size(), 3u);
+  EXPECT_EQ(fork.turns[1].end, original.turns[1].end);
+
+  const std::string solo_db = pg_->NewDatabase();
+  ASSERT_FALSE(solo_db.empty());
+  auto solo = ExactReplica(solo_db);
+  ASSERT_GT(solo->proc.port(), 0) << solo->proc.log();
+  Json same = ThreeTurns(*solo);
+  ASSERT_TRUE(same.is_array());
+  Json same_edited(std::vector<Json>(same.begin(), same.begin() + 5));
+  same_edited.push_back({{"role", "user"}, {"content", "Why was the cat sad?"}});
+  EXPECT_EQ(ChatText(Chat(*solo, same_edited)), ChatText(r));
+}
+
 // Measured, not run by default (docs/benchmarks.md, issue 14): MNEMO_BENCH_SESSIONS=2000 stores
 // that many sessions (two turns of MNEMO_BENCH_TURN tokens, default 200) in PostgreSQL and in a
 // SQLite file, then times a
