@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -80,6 +81,7 @@ struct RequestRecord {
   std::vector<int64_t> sources;    // mnemo chat usage: context tokens from t0, t1, t2, recomputed, new
   int http_status = 0;             // the response's status; 0 when none came
   std::string replica;             // X-Mnemo-Replica of the response: which replica served it
+  double retry_after_s = 0;        // Retry-After of a refusal (seconds; 0 when none)
   std::string error;               // empty when the request succeeded
 };
 
@@ -368,6 +370,7 @@ std::string ServeBench::Send(httplib::Client& cli, const std::string& path, cons
   if (ok) {
     rec->http_status = res.status;
     rec->replica = res.get_header_value("X-Mnemo-Replica");
+    rec->retry_after_s = std::atof(res.get_header_value("Retry-After").c_str());
   }
   if (!ok) {
     rec->error = "HTTP request failed: " + httplib::to_string(err);
@@ -436,12 +439,19 @@ void ServeBench::RunConversation(const ConversationPlan& c, int user) {
     std::string id;
     std::string reply = Send(cli, path, body, &rec, &id);
     const bool ok = rec.error.empty();
+    const bool shed = Shed(rec);
+    const double retry_after_s = rec.retry_after_s;
     {
       std::lock_guard<std::mutex> lock(mu_);
       records_.push_back(std::move(rec));
     }
     Progress("%s: %d/%d requests\r", f_.api.c_str(), ++done_, total_turns_);
-    if (!ok) return;  // the conversation cannot go on without this reply
+    if (!ok) {  // the conversation cannot go on without this reply
+      // A closed-loop user refused for load waits as the server asked (as OpenAI's clients do)
+      // before its next conversation, rather than hammering it with new ones.
+      if (user >= 0 && shed) Think(std::min(retry_after_s, 30.0));
+      return;
+    }
     replies.push_back(std::move(reply));
     previous_id = id;
   }
