@@ -132,35 +132,34 @@ std::string BigintArray(std::span<const uint64_t> v) {
   return out + "}";
 }
 
-// Marks session id's log at its full chunks past its last mark (the prefix index, store.h), in
-// the caller's transaction. `last`: the log's final tokens when the caller has them (a turn just
-// appended at position `at`; at < 0: none held), so only the partial chunk before them is read.
-// Cost: two statements (the owner, length, last mark and the tokens after it in one; the new
-// marks in the other).
-Status MarkPrefixes(Conn& c, int64_t id, int64_t at, std::span<const int32_t> last) {
-  const int64_t unread = at >= 0 ? at : std::numeric_limits<int64_t>::max();  // tokens from here are in `last`
-  auto head = c.Exec(
-      "WITH m AS (SELECT n_tokens, hash FROM session_prefixes WHERE session_id=$1 ORDER BY n_tokens DESC LIMIT 1) "
-      "SELECT s.owner, s.n_tokens, m.n_tokens, m.hash, "
-      "  (SELECT string_agg(substring(t.tokens from (greatest(coalesce(m.n_tokens, 0) - t.turn_begin, 0) * 4 + 1)::int),"
-      "     ''::bytea ORDER BY t.turn_begin) FROM turns t "
-      "   WHERE t.session_id=$1 AND t.turn_end>coalesce(m.n_tokens, 0) AND t.turn_begin<$2::bigint) "
-      "FROM sessions s LEFT JOIN m ON true WHERE s.id=$1",
-      {id, unread});
-  if (!head) return head.error();
-  if (head->size() == 0) return MakeError("unknown session %lld", LL(id));
-  const int64_t n = head->Int(0, 1);
-  const int64_t m = head->IsNull(0, 2) ? 0 : head->Int(0, 2);  // marked up to here
-  const uint64_t seed = head->IsNull(0, 2) ? PrefixSeed(head->Text(0, 0)) : static_cast<uint64_t>(head->Int(0, 3));
+// A session's row, locked, with what marking its log needs (the prefix index, store.h): owner,
+// n_tokens, the last mark's n_tokens and hash, and the tokens from that mark up to position $2.
+// $3 false: the row alone (the mark columns NULL), when the turn completes no chunk.
+constexpr const char* kLockForMarks =
+    "SELECT s.owner, s.n_tokens, m.n_tokens, m.hash, CASE WHEN $3::boolean THEN "
+    "  (SELECT string_agg(substring(t.tokens from (greatest(coalesce(m.n_tokens, 0) - t.turn_begin, 0) * 4 + 1)::int),"
+    "     ''::bytea ORDER BY t.turn_begin) FROM turns t "
+    "   WHERE t.session_id=$1 AND t.turn_end>coalesce(m.n_tokens, 0) AND t.turn_begin<$2::bigint) END "
+    "FROM sessions s LEFT JOIN LATERAL (SELECT n_tokens, hash FROM session_prefixes "
+    "  WHERE session_id=s.id AND $3::boolean ORDER BY n_tokens DESC LIMIT 1) m ON true "
+    "WHERE s.id=$1 FOR UPDATE OF s";
+
+// Adds the marks of a log of n tokens past its last mark, from a kLockForMarks row. `last`: the
+// log's final tokens when the caller has them (a turn appended at position `at`; at < 0: none
+// held, the row then holds every token after the mark). Cost: one insert, when a chunk completed.
+Status AddMarks(Conn& c, int64_t id, const Rows& head, int64_t n, int64_t at, std::span<const int32_t> last) {
+  const int64_t m = head.IsNull(0, 2) ? 0 : head.Int(0, 2);  // marked up to here
+  const uint64_t seed = head.IsNull(0, 2) ? PrefixSeed(head.Text(0, 0)) : static_cast<uint64_t>(head.Int(0, 3));
   if (n / kPrefixChunk == m / kPrefixChunk) return {};  // no chunk completed since
-  const int64_t read_end = std::min(n, unread);
+  const int64_t read_end = at >= 0 ? at : n;
   std::vector<int32_t> tail;  // tokens [m, n)
   tail.reserve(n - m);
-  if (!head->IsNull(0, 4)) {
-    auto blob = head->Bytes(0, 4);
+  if (!head.IsNull(0, 4)) {
+    auto blob = head.Bytes(0, 4);
     if (blob) DecodeTokens(*blob, tail);
   }
-  if (read_end < m || static_cast<int64_t>(tail.size()) < read_end - m || (at >= 0 && at + static_cast<int64_t>(last.size()) != n)) {
+  if (read_end < m || static_cast<int64_t>(tail.size()) < read_end - m ||
+      (at >= 0 && at + static_cast<int64_t>(last.size()) != n)) {
     return MakeError(StatusCode::kDataLoss, "session %lld is corrupt: its turns do not hold tokens [%lld, %lld)",
                      LL(id), LL(m), LL(n));
   }
@@ -173,11 +172,20 @@ Status MarkPrefixes(Conn& c, int64_t id, int64_t at, std::span<const int32_t> la
       {id, m, BigintArray(marks)});
 }
 
+// Marks session id's whole log past its last mark (a fork, a store opened at schema 4), in the
+// caller's transaction. Cost: two statements.
+Status MarkPrefixes(Conn& c, int64_t id) {
+  auto head = c.Exec(kLockForMarks, {id, std::numeric_limits<int64_t>::max(), "true"});
+  if (!head) return head.error();
+  if (head->size() == 0) return MakeError("unknown session %lld", LL(id));
+  return AddMarks(c, id, *head, head->Int(0, 1), -1, {});
+}
+
 // v4 -> v5: marks every stored session's log. Cost: reading every log once.
 Status MarkStoredSessions(Conn& c) {
   auto ids = c.Exec("SELECT id FROM sessions ORDER BY id");
   if (!ids) return ids.error();
-  for (int i = 0; i < ids->size(); ++i) MNEMO_TRY(MarkPrefixes(c, ids->Int(i, 0), -1, {}));
+  for (int i = 0; i < ids->size(); ++i) MNEMO_TRY(MarkPrefixes(c, ids->Int(i, 0)));
   return {};
 }
 
@@ -334,11 +342,17 @@ Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_
     return MakeError("session %lld: turn prompt_end %lld outside [%lld, %lld]", LL(id), LL(prompt_end), LL(begin),
                      LL(end));
   }
-  auto len = LockSession(c, id);  // the row lock orders this append against other replicas'
-  if (!len) return len.error();
-  if (*len != begin) {
+  // The row lock orders this append against other replicas'; a turn that completes a chunk reads
+  // what marking it needs in the same round trip (one that completes none has no mark to add,
+  // and any mark missing before it is added when one does).
+  const bool marks = begin / kPrefixChunk != end / kPrefixChunk;
+  auto head = c.Exec(kLockForMarks, {id, begin, marks ? "true" : "false"});
+  if (!head) return head.error();
+  if (head->size() == 0) return MakeError("unknown session %lld", LL(id));
+  const int64_t len = head->Int(0, 1);
+  if (len != begin) {
     return MakeError(StatusCode::kAborted, "session %lld has %lld tokens: a turn must begin there, not at %lld",
-                     LL(id), LL(*len), LL(begin));
+                     LL(id), LL(len), LL(begin));
   }
   std::vector<uint8_t> blob = EncodeTokens(tokens);  // [4 * n_tokens] bytes
   MNEMO_TRY(c.Run(
@@ -346,10 +360,7 @@ Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_
       "VALUES($1, $2, $3, $4, $5, $6)",
       {id, begin, prompt_end, end, complete ? "true" : "false", Param::Bytes(blob)}));
   MNEMO_TRY(c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1", {id, end, now}));
-  // A turn that completes no chunk has no mark to add (and any mark missing before it is added
-  // when one does): most short turns cost nothing here.
-  if (begin / kPrefixChunk == end / kPrefixChunk) return {};
-  return MarkPrefixes(c, id, begin, tokens);
+  return marks ? AddMarks(c, id, *head, end, begin, tokens) : Status::Ok();
 }
 
 Status PgStore::TruncateSessionTx(Conn& c, int64_t id, int64_t n, double now) {
@@ -413,7 +424,7 @@ Status PgStore::ForkSession(int64_t src, int64_t dst, int64_t n, const std::stri
         "WHERE session_id=$1 AND n_tokens<=$2::bigint "
         "AND (SELECT owner FROM sessions WHERE id=$1) = (SELECT owner FROM sessions WHERE id=$3)",
         {src, n, dst}));
-    return MarkPrefixes(c, dst, -1, {});
+    return MarkPrefixes(c, dst);
   });
 }
 
