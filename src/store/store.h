@@ -327,8 +327,9 @@ class Store {
   // PrefixSeed(owner), the request's tokens)): the largest k with hashes[k - 1] a mark of that
   // session at k * kPrefixChunk tokens; among sessions matching as many, the highest id. nullopt
   // when none matches one chunk. Another owner's session never matches (its owner is checked,
-  // not only its seed). Cost: one statement, one index probe per hash (PostgreSQL); SQLite probes
-  // from the longest down and stops at the first match.
+  // not only its seed; a session found only by a collision with another owner's chain is
+  // refused, not passed over). Cost: one index probe per chunk from the longest down, stopping at
+  // the first match (PostgreSQL: in one statement; SQLite: one probe each).
   virtual Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) = 0;
 
   // ---- the durable end of a turn ----
