@@ -327,8 +327,8 @@ class Store {
   // PrefixSeed(owner), the request's tokens)): the largest k with hashes[k - 1] a mark of that
   // session at k * kPrefixChunk tokens; among sessions matching as many, the highest id. nullopt
   // when none matches one chunk. Another owner's session never matches (its owner is checked,
-  // not only its seed; a session found only by a collision with another owner's chain is
-  // refused, not passed over). Cost: one index probe per chunk from the longest down, stopping at
+  // not only its seed; on PostgreSQL a chunk whose newest session belongs to another owner, a
+  // 64-bit collision of chains, ends the search with nullopt). Cost: one index probe per chunk from the longest down, stopping at
   // the first match (PostgreSQL: in one statement; SQLite: one probe each).
   virtual Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) = 0;
 
