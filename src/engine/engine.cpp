@@ -341,20 +341,25 @@ Status Engine::RestoreSession(SessionId id, std::vector<int32_t> tokens, std::ve
   return st;
 }
 
+Result<Session*> Engine::IdleSession(SessionId id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
+  if (it->second.busy || it->second.composing) {
+    return MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
+  }
+  return &it->second;
+}
+
 Status Engine::ExtendSession(SessionId id, std::span<const int32_t> tokens, std::vector<Turn> turns) {
   Status st = Stopped();
   Call([&] {
+    auto idle = IdleSession(id);
+    if (!idle.ok()) {
+      st = idle.error();
+      return;
+    }
     st = Status::Ok();
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
-      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
-      return;
-    }
-    Session& s = it->second;
-    if (s.busy || s.composing) {
-      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
-      return;
-    }
+    Session& s = **idle;
     int at = static_cast<int>(s.tokens.size());
     for (const Turn& t : turns) {
       if (t.begin != at || t.prompt_end < t.begin || t.end < t.prompt_end) break;
@@ -379,15 +384,11 @@ void Engine::SetNextSessionId(SessionId n) {
 Status Engine::DeleteSession(SessionId id) {
   Status st = Stopped();
   Call([&] {
-    st = Status::Ok();
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
-      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
-    } else if (it->second.busy || it->second.composing) {
-      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
-    } else {
+    auto idle = IdleSession(id);
+    st = idle.ok() ? Status::Ok() : Status(idle.error());
+    if (idle.ok()) {
       cache_->RemoveSession(id);
-      sessions_.erase(it);
+      sessions_.erase(id);
       MarkLive(id, false);
     }
   });
@@ -465,17 +466,13 @@ Result<SessionId> Engine::ForkSession(SessionId id, int n_tokens, std::span<cons
 Status Engine::TruncateSession(SessionId id, int n_tokens) {
   Status st = Stopped();
   Call([&] {
+    auto idle = IdleSession(id);
+    if (!idle.ok()) {
+      st = idle.error();
+      return;
+    }
     st = Status::Ok();
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) {
-      st = MakeError(StatusCode::kNotFound, "unknown session %lld", static_cast<long long>(id));
-      return;
-    }
-    Session& s = it->second;
-    if (s.busy || s.composing) {
-      st = MakeError(StatusCode::kFailedPrecondition, "session %lld has a turn in progress", static_cast<long long>(id));
-      return;
-    }
+    Session& s = **idle;
     if (n_tokens < 0 || n_tokens > static_cast<int>(s.tokens.size())) {
       st = MakeError(StatusCode::kInvalidArgument, "cannot truncate session %lld (%zu tokens) to %d tokens",
                      static_cast<long long>(id), s.tokens.size(), n_tokens);

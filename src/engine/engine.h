@@ -360,6 +360,9 @@ class Engine {
   Status Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle, double submitted);
   // sessions_ gained or lost id (engine thread): kept in live_ for the callers' threads.
   void MarkLive(SessionId id, bool live);
+  // Session id when it exists and no turn or composition holds it (engine thread); kNotFound or
+  // kFailedPrecondition otherwise.
+  Result<Session*> IdleSession(SessionId id);
   std::deque<std::unique_ptr<Running>> waiting_;
   std::vector<std::unique_ptr<Running>> running_;
   std::deque<std::unique_ptr<Composition>> compositions_;  // oldest first
