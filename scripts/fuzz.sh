@@ -9,7 +9,8 @@
 # Installs (when missing) clang, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) and
 # libomp-dev (OpenMP for clang) from Debian. Inputs libFuzzer finds go to
 # build-fuzz/corpus/TARGET (kept between runs), a failing input to build-fuzz/artifacts/; the first
-# crash, sanitizer report, leak, timeout (10 s per input) or out-of-memory (2 GiB) fails the run.
+# crash, sanitizer report, leak, timeout (60 s per input: a hang, not a slow input; under ASan on 2 busy cores
+# one seed template took 11 s) or out-of-memory (2 GiB) fails the run.
 # Reproduce one with: build-fuzz/tests/fuzz/TARGET FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,6 @@ for t in "${targets[@]}"; do
   mkdir -p "$dir/corpus/$name"
   echo "== $t: ${secs}s"
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$dir/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    "$dir/tests/fuzz/$t" -max_total_time="$secs" -timeout=60 -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$dir/artifacts/$name-" "$dir/corpus/$name" "tests/fuzz/corpus/$name"
 done
