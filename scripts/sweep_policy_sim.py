@@ -42,9 +42,10 @@ def main():
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     print("| length | think (s) | T0 share | T1 share | recompute ms lru / pens | ratio (min-max) | positions ratio "
-          "| pairs ratio | TTFT t>=5 p50 lru / pens | p90 lru / pens | suspensions lru / pens |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| pairs ratio | TTFT t>=5 p50 lru / pens | p90 lru / pens | TTFT ratio p50 | p90 | suspensions lru / pens |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratios = []
+    ttft = {"ttft_p50_5plus": [], "ttft_p90_5plus": []}
     for length in a.length.split():
         for think in a.think.split():
             for t0 in a.t0.split():
@@ -57,14 +58,21 @@ def main():
                     l, p = s["lru"], s["pensieve"]
                     rm = r["recompute_ms"]
                     ratios.append(rm["median"])
+                    for k in ttft:
+                        ttft[k].append(r[k]["median"])
                     print(f"| {length} | {think} | {s['t0_live_fraction']:.2f} | {t1} | {l['recompute_ms']:.0f} / "
                           f"{p['recompute_ms']:.0f} | {rm['median']:.2f} ({rm['min']:.2f}-{rm['max']:.2f}) | "
                           f"{r['recomputed_positions']['median']:.2f} | {r['recomputed_pairs']['median']:.2f} | "
                           f"{l['ttft_p50_5plus']:.0f} / {p['ttft_p50_5plus']:.0f} | "
                           f"{l['ttft_p90_5plus']:.0f} / {p['ttft_p90_5plus']:.0f} | "
+                          f"{r['ttft_p50_5plus']['median']:.2f} | {r['ttft_p90_5plus']['median']:.2f} | "
                           f"{l['suspensions']:.0f} / {p['suspensions']:.0f} |", flush=True)
     print(f"\nrecompute_ms ratio pensieve / lru over the {len(ratios)} points: median "
           f"{statistics.median(ratios):.2f}, max {max(ratios):.2f}, min {min(ratios):.2f}")
+    for k, v in ttft.items():
+        print(f"{k} ratio pensieve / lru (median over seeds per point) over the points: median "
+              f"{statistics.median(v):.2f}, max {max(v):.2f}, min {min(v):.2f}; "
+              f"above 1.05 at {sum(x > 1.05 for x in v)} of {len(v)}")
 
 
 if __name__ == "__main__":
