@@ -106,6 +106,18 @@ Conn::~Conn() { PQfinish(c_); }
 
 bool Conn::broken() const { return PQstatus(c_) == CONNECTION_BAD; }
 
+int Conn::socket() const { return PQsocket(c_); }
+
+Result<std::vector<Conn::Notification>> Conn::TakeNotifications() {
+  if (PQconsumeInput(c_) == 0) return Unreachable("connection lost: " + Trim(PQerrorMessage(c_)));
+  std::vector<Notification> out;
+  while (PGnotify* n = PQnotifies(c_)) {
+    out.push_back(Notification{n->relname ? n->relname : "", n->extra ? n->extra : ""});
+    PQfreemem(n);
+  }
+  return out;
+}
+
 Status Conn::Reconnect() {
   PQreset(c_);
   if (PQstatus(c_) != CONNECTION_OK) {

@@ -90,6 +90,14 @@ class Conn {
   Result<std::optional<int64_t>> QueryInt(const char* sql, std::initializer_list<Param> params = {});
 
   bool broken() const;  // the connection is lost (libpq says CONNECTION_BAD)
+  // LISTEN/NOTIFY (pg_listen.h): the connection's socket, to poll for input, and the
+  // notifications that arrived, after reading what the socket holds. Errors: kUnavailable when
+  // the connection is lost.
+  int socket() const;
+  struct Notification {
+    std::string channel, payload;
+  };
+  Result<std::vector<Notification>> TakeNotifications();
   Status Reconnect();   // PQreset, then the setup again
   // Whether a COMMIT was sent since the last clear: a write lost after that point may have
   // committed, so it is not retried.

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/log.h"
 #include "store/pg_conn.h"
+#include "store/pg_listen.h"
 #include "store/store_internal.h"
 
 namespace mnemo {
@@ -272,6 +274,10 @@ Result<std::unique_ptr<Store>> PgStore::Open(const std::string& url, const Store
   std::string setup = "SET statement_timeout = '30s'; SET lock_timeout = '10s'; SET client_min_messages = warning";
   if (options.durability == Durability::kNormal) setup += "; SET synchronous_commit = off";
   store->pool_ = std::make_unique<pg::Pool>(url, options.pg_connections, options.pg_connect_timeout_s, setup);
+  store->url_ = url;
+  store->setup_ = setup;
+  store->connect_timeout_s_ = options.pg_connect_timeout_s;
+  store->origin_ = NewId("");
   Status st = store->pool_->With([&](Conn& c) { return Migrate(c, store->path_); });
   if (!st.ok()) return Error{st.error().message + " (store " + store->path_ + ")", st.code()};
   return std::unique_ptr<Store>(std::move(store));
@@ -392,11 +398,17 @@ Status PgStore::CreateSession(int64_t id, const std::string& owner) {
 
 Status PgStore::AppendTurn(int64_t id, int64_t begin, int64_t prompt_end, std::span<const int32_t> tokens,
                            bool complete) {
-  return WriteTx([&](Conn& c) { return AppendTurnTx(c, id, begin, prompt_end, tokens, complete, UnixNow()); });
+  return WriteTx([&](Conn& c) -> Status {
+    MNEMO_TRY(AppendTurnTx(c, id, begin, prompt_end, tokens, complete, UnixNow()));
+    return NotifyTx(c, id);
+  });
 }
 
 Status PgStore::TruncateSession(int64_t id, int64_t n_tokens) {
-  return WriteTx([&](Conn& c) { return TruncateSessionTx(c, id, n_tokens, UnixNow()); });
+  return WriteTx([&](Conn& c) -> Status {
+    MNEMO_TRY(TruncateSessionTx(c, id, n_tokens, UnixNow()));
+    return NotifyTx(c, id);
+  });
 }
 
 Status PgStore::ForkSession(int64_t src, int64_t dst, int64_t n, const std::string& owner) {
@@ -433,7 +445,7 @@ Status PgStore::DeleteSession(int64_t id) {
     auto r = c.Exec("DELETE FROM sessions WHERE id=$1", {id});
     if (!r) return r.error();
     if (r->affected() == 0) return MakeError("unknown session %lld", LL(id));
-    return {};
+    return NotifyTx(c, id);
   });
 }
 
@@ -686,7 +698,8 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
                         {t.conversation->conversation_id, t.session_id, end}));
       }
     }
-    return {};
+    // A session created here is held by no other replica: nothing to tell.
+    return t.create_session ? Status::Ok() : NotifyTx(c, t.session_id);
   });
   if (!st.ok()) return st.error();
   return ids;

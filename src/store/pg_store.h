@@ -9,6 +9,14 @@
 //     minted by different replicas never collide (shared() is true).
 //   - The schema is created or migrated at open, under an advisory lock, so replicas starting
 //     together do it once.
+//   - A session's turn lock (TryLockTurn): a session-level advisory lock on one connection kept
+//     for locks alone (advisory locks belong to a connection; the pool hands its connections to
+//     any caller), so the server releases a replica's locks when that replica dies.
+//   - Change notices (Watch): every write to an existing session NOTIFYs channel mnemo_sessions in
+//     its transaction (delivered at commit, never on a rollback) with the payload
+//     "<origin> <session id> <n_tokens> <cuts> <unix time>" ("deleted" for n_tokens and cuts once
+//     deleted); origin is random per store object, so a store never tells its own changes. A
+//     background thread LISTENs on a connection of its own (pg_listen.h).
 //   - Connections: a pool of StoreOptions::pg_connections, opened on demand. A connection that
 //     dropped (server restart, network) is re-established on next use; while the server is down
 //     calls fail with kUnavailable (HTTP 503), never a crash.
@@ -24,6 +32,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "store/store.h"
 
@@ -31,6 +40,7 @@ namespace mnemo {
 
 namespace pg {
 class Conn;
+class Listener;
 class Pool;
 }  // namespace pg
 
@@ -58,6 +68,11 @@ class PgStore final : public Store {
   Result<std::optional<int64_t>> TokenIdentity() override;
   Status SetTokenIdentity(int64_t identity) override;
   Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
+  Result<bool> TryLockTurn(int64_t id) override;
+  void UnlockTurn(int64_t id) override;
+  void Watch(std::function<void(const SessionChange&)> fn) override;
+  bool Watching() const override;
+  static constexpr const char* kChannel = "mnemo_sessions";
   Result<int64_t> DeleteAllSessions() override;
   Result<bool> HasSessions() override;
   Result<IdentityClaim> ClaimTokenIdentity(int64_t identity) override;
@@ -106,10 +121,25 @@ class PgStore final : public Store {
   static Result<int64_t> LockSession(pg::Conn& c, int64_t id);
   // Runs fn in a read-committed write transaction on a pooled connection.
   Status WriteTx(const std::function<Status(pg::Conn&)>& fn);
+  // NOTIFYs the other processes of session id's version as the caller's transaction leaves it
+  // (delivered when it commits). Cost: one round trip.
+  Status NotifyTx(pg::Conn& c, int64_t id) const;
+  // A payload from the channel: calls watch_fn_ unless it is this store's own or malformed.
+  void OnNotice(const std::string& payload);
 
   std::unique_ptr<pg::Pool> pool_;
   std::mutex ids_mu_;           // guards ids_
   std::deque<int64_t> ids_;     // session ids drawn from the sequence, not yet handed out
+
+  std::string url_, setup_;     // what the pool's connections are opened with
+  int connect_timeout_s_ = 5;
+  std::string origin_;          // names this store object's notices (NewId: 128 random bits)
+  std::mutex lock_mu_;          // guards lock_conn_ and locked_; held for a lock's round trip
+  std::unique_ptr<pg::Conn> lock_conn_;  // holds the turn locks (opened on first use)
+  std::set<int64_t> locked_;    // sessions whose turn lock lock_conn_ holds
+  std::mutex watch_mu_;         // guards watch_fn_; held while it runs
+  std::function<void(const SessionChange&)> watch_fn_;
+  std::unique_ptr<pg::Listener> listener_;  // last: stopped first, before what it calls
 };
 
 }  // namespace mnemo

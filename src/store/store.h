@@ -100,6 +100,13 @@ struct SessionVersion {
   int64_t cuts = 0;      // truncations that dropped tokens since the session was created
 };
 
+// A change another process sharing the store committed to a session (Store::Watch).
+struct SessionChange {
+  int64_t id = 0;                          // the session
+  std::optional<SessionVersion> version;   // as stored after the change; nullopt: deleted
+  double sent_at = 0;                      // unix seconds, the writer's clock, just before its commit
+};
+
 // ---- the prefix index (issue 14) ----
 
 // A stateless chat request names no session: it resends its history. To find the stored session
@@ -321,6 +328,26 @@ class Store {
   // store cannot both claim it. (This default: TokenIdentity, HasSessions, SetTokenIdentity, for
   // a store with one writer process.)
   virtual Result<IdentityClaim> ClaimTokenIdentity(int64_t identity);
+
+  // ---- several processes on one store (issue 14) ----
+  // A session's turn lock: a replica holds it while a turn continues the stored session, from
+  // before its freshness probe until the commit, so that a continuation reaching another replica
+  // waits for that commit instead of computing a turn that loses the compare-and-set. true: this
+  // process holds it now, until UnlockTurn; false: another process (or another turn of this one)
+  // holds it. PostgreSQL: a session-level advisory lock on a connection of its own, which the
+  // server releases when that connection drops (a replica killed mid-turn holds nothing). A
+  // lock lost with its connection is not re-taken: the compare-and-set stays the guard. This
+  // default (one writer process): always true. Cost: one round trip. Errors: kUnavailable.
+  virtual Result<bool> TryLockTurn(int64_t id) { (void)id; return true; }
+  virtual void UnlockTurn(int64_t id) { (void)id; }
+  // Calls fn, on a thread of the store's, for each change that another process sharing the store
+  // commits to a session (a turn, a truncation, a deletion; not a creation or a fork), soon after
+  // its commit (PostgreSQL: LISTEN/NOTIFY on channel mnemo_sessions, reconnecting with backoff).
+  // A hint, never the truth: changes made while the listener was disconnected are not told.
+  // Watch(nullptr) stops the calls; once it returns, fn runs no more. This default: never calls.
+  virtual void Watch(std::function<void(const SessionChange&)> fn) { (void)fn; }
+  // Whether Watch's listener is connected and listening (tests wait for it).
+  virtual bool Watching() const { return false; }
 
   // ---- the prefix index (issue 14) ----
   // Of owner's sessions, the one whose marks match the most of `hashes` (PrefixHashes(

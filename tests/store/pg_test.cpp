@@ -3,7 +3,13 @@
 // creation by replicas starting together, and reconnecting after dropped connections.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -204,6 +210,155 @@ TEST_F(PgStoreTest, VersionTwoUpgrades) {
   auto none = s->GetRequest("", "r");
   ASSERT_TRUE(none.ok()) << none.error().message;
   EXPECT_FALSE(none->has_value());
+}
+
+// ---- several replicas at once (issue 14): the turn lock and change notices ----
+
+// Waits up to 10 s for pred.
+template <class Pred>
+bool WaitFor(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// One holder at a time, across stores and within one (advisory locks nest per connection: the
+// store refuses a second take itself); released by UnlockTurn, and by the server when the
+// holder's connection drops (a replica killed mid-turn).
+TEST_F(PgStoreTest, TurnLockIsExclusiveAndDiesWithItsConnection) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  auto held = [](Store& s, int64_t id) {
+    auto r = s.TryLockTurn(id);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() && *r;
+  };
+  EXPECT_TRUE(held(*a, 7));
+  EXPECT_FALSE(held(*b, 7));
+  EXPECT_FALSE(held(*a, 7)) << "a second turn of the same process got the lock";
+  EXPECT_TRUE(held(*b, 8)) << "another session's lock";
+  EXPECT_TRUE(held(*a, 7 + (int64_t{1} << 32))) << "ids that differ in their high half share a lock";
+  a->UnlockTurn(7);
+  EXPECT_TRUE(held(*b, 7));
+  // b's connections dropped (its process killed, the network): the server releases its locks.
+  b.reset();
+  EXPECT_TRUE(WaitFor([&] { return held(*a, 7); }));
+  a->UnlockTurn(7);
+  auto c = Open();
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(held(*c, 9));
+  ASSERT_TRUE(server_->TerminateConnections(DbName()));
+  EXPECT_TRUE(WaitFor([&] { return held(*a, 9); })) << "a terminated connection kept its lock";
+  EXPECT_TRUE(held(*c, 10)) << "the lock connection reconnects";
+}
+
+struct Changes {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<SessionChange> got;
+  std::function<void(const SessionChange&)> Fn() {
+    return [this](const SessionChange& c) {
+      std::lock_guard lock(mu);
+      got.push_back(c);
+      cv.notify_all();
+    };
+  }
+  bool WaitCount(size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return got.size() >= n; });
+  }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return got.size();
+  }
+};
+
+// A commit, a truncation and a deletion on one store reach the other's watcher with the version
+// they left, in order; never the writer's own watcher; a creation tells no one.
+TEST_F(PgStoreTest, ChangesReachTheOtherStores) {
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  Changes at_a, at_b;
+  a->Watch(at_a.Fn());
+  b->Watch(at_b.Fn());
+  ASSERT_TRUE(WaitFor([&] { return a->Watching() && b->Watching(); }));
+  std::vector<int32_t> t1 = {1, 2, 3}, t2 = {4, 5};
+  TurnCommit first = Turn(1, 0, t1, "resp_1");
+  first.create_session = true;
+  ASSERT_TRUE(a->CommitTurn(first).ok());
+  ASSERT_TRUE(a->CommitTurn(Turn(1, 3, t2, "resp_2")).ok());
+  ASSERT_TRUE(a->TruncateSession(1, 4).ok());
+  ASSERT_TRUE(a->DeleteSession(1).ok());
+  ASSERT_TRUE(at_b.WaitCount(3));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(at_b.size(), 3u);
+  EXPECT_EQ(at_b.got[0].id, 1);
+  ASSERT_TRUE(at_b.got[0].version);
+  EXPECT_EQ(at_b.got[0].version->n_tokens, 5);
+  EXPECT_EQ(at_b.got[0].version->cuts, 0);
+  ASSERT_TRUE(at_b.got[1].version);
+  EXPECT_EQ(at_b.got[1].version->n_tokens, 4);
+  EXPECT_EQ(at_b.got[1].version->cuts, 1);
+  EXPECT_FALSE(at_b.got[2].version) << "deleted";
+  EXPECT_NEAR(at_b.got[2].sent_at, UnixNow(), 10);
+  EXPECT_EQ(at_a.size(), 0u) << "a heard its own changes";
+  // A rolled-back write tells nothing: the compare-and-set loser.
+  ASSERT_TRUE(b->CreateSession(2, "").ok());
+  ASSERT_FALSE(a->CommitTurn(Turn(2, 5, t2, "resp_3")).ok());
+  // After Watch(nullptr) no more calls; the listener survives its connection's loss.
+  b->Watch(nullptr);
+  ASSERT_TRUE(server_->TerminateConnections(DbName()));
+  ASSERT_TRUE(WaitFor([&] { return a->Watching(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a's listener reconnects
+  ASSERT_TRUE(WaitFor([&] { return a->Watching(); }));
+  ASSERT_TRUE(b->AppendTurn(2, 0, 0, t1, true).ok());
+  EXPECT_TRUE(at_a.WaitCount(1)) << "no notice after the listener's connection was terminated";
+  ASSERT_EQ(at_a.size(), 1u);
+  ASSERT_TRUE(at_a.got[0].version);
+  EXPECT_EQ(at_a.got[0].version->n_tokens, 3) << "the rolled-back commit was told";
+  EXPECT_EQ(at_b.size(), 3u);
+}
+
+// Measured, not run by default (docs/benchmarks.md, issue 14): MNEMO_BENCH_NOTIFY=200 commits
+// that many turns on one store and times each from just before CommitTurn to the other store's
+// watcher call (NOTIFY delivery latency, the commit included).
+TEST_F(PgStoreTest, BenchNotifyLatency) {
+  const char* env = std::getenv("MNEMO_BENCH_NOTIFY");
+  if (!env) GTEST_SKIP() << "set MNEMO_BENCH_NOTIFY=200 to measure";
+  const int n = std::atoi(env);
+  auto a = Open(), b = Open();
+  ASSERT_TRUE(a && b);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::chrono::steady_clock::time_point heard;
+  int64_t heard_n = -1;
+  b->Watch([&](const SessionChange& c) {
+    std::lock_guard lock(mu);
+    heard = std::chrono::steady_clock::now();
+    heard_n = c.version ? c.version->n_tokens : -1;
+    cv.notify_all();
+  });
+  ASSERT_TRUE(WaitFor([&] { return b->Watching(); }));
+  ASSERT_TRUE(a->CreateSession(1, "").ok());
+  std::vector<int32_t> turn(64, 3);
+  std::vector<double> notify_ms, commit_ms;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(a->CommitTurn(Turn(1, int64_t{64} * i, turn, "resp_" + std::to_string(i))).ok());
+    const auto t1 = std::chrono::steady_clock::now();
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return heard_n == int64_t{64} * (i + 1); }));
+    notify_ms.push_back(std::chrono::duration<double, std::milli>(heard - t1).count());
+    commit_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(notify_ms.begin(), notify_ms.end());
+  std::sort(commit_ms.begin(), commit_ms.end());
+  std::printf("[ bench    ] NOTIFY on PostgreSQL (127.0.0.1), %d commits: from CommitTurn's return to the other "
+              "store's watcher p50 %.3f ms, p99 %.3f ms (CommitTurn p50 %.3f ms)\n",
+              n, notify_ms[n / 2], notify_ms[n * 99 / 100], commit_ms[n / 2]);
 }
 
 }  // namespace
