@@ -105,6 +105,9 @@ int RunServe(ServeFlags& f) {
     sc.token_identity = XXH3_64bits(parts, sizeof parts);
   }
   sc.render_windows = !f.render_whole;
+  // A continuation waiting for another replica's turn on its session waits as long as a turn may
+  // wait for admission (--max-queue-ms), or 10 s without that bound.
+  sc.turn_lock_wait_s = f.engine.max_queue_ms > 0 ? f.engine.max_queue_ms / 1000.0 : 10.0;
   sc.system_fingerprint = SystemFingerprint(rt, f.runtime.precision);
   // Selective context embeds turns with the model's own token embeddings (no extra model pass).
   const TensorRef emb = rt.file->weights().tok_embd;

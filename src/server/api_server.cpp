@@ -29,6 +29,8 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
       dedup_(std::make_unique<RequestDedup>(service.store(), config.request_id_ttl_s)) {
   for (const auto& k : config_.api_keys) key_hashes_.push_back(KeyOwner(k));
   service_.SetSyncObserver([this](const char* result, double s) { metrics_.SessionSync(result, s); });
+  service_.SetLockObserver([this](const char* result, double s) { metrics_.TurnLock(result, s); });
+  service_.SetNoticeObserver([this](const char* action, double s) { metrics_.SessionNotice(action, s); });
   http::ServerLimits limits;
   limits.workers = config_.http_threads;
   limits.max_connections = config_.max_connections;
@@ -176,7 +178,10 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   }));
 }
 
-ApiServer::~ApiServer() { Stop(); }
+ApiServer::~ApiServer() {
+  Stop();
+  service_.SetNoticeObserver(nullptr);  // notices arrive on the store's thread until the service goes
+}
 
 std::string ApiServer::CorsOrigin(const Req& req) const {
   if (config_.cors_origins.empty()) return "";

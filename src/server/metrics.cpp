@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 
 namespace mnemo {
 namespace {
@@ -55,12 +56,26 @@ Metrics::Metrics()
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
       e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}),
       queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
-      probe_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1}) {}
+      probe_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1}),
+      lock_wait_({0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      notice_latency_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 1}) {}
 
 void Metrics::SessionSync(const char* result, double probe_seconds) {
   probe_.Observe(probe_seconds);
   std::lock_guard<std::mutex> lock(mu_);
   syncs_[result]++;
+}
+
+void Metrics::TurnLock(const char* result, double wait_seconds) {
+  if (std::string_view(result) != "free") lock_wait_.Observe(wait_seconds);  // a free lock is no wait
+  std::lock_guard<std::mutex> lock(mu_);
+  locks_[result]++;
+}
+
+void Metrics::SessionNotice(const char* action, double latency_seconds) {
+  notice_latency_.Observe(latency_seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  notices_[action]++;
 }
 
 void Metrics::Shed(const std::string& reason) {
@@ -141,6 +156,18 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
            "rebuilt (diverged: rebuilt from the stored tokens), absent (deleted from the store)");
     for (const auto& [k, v] : syncs_) {
       Line(&out, "mnemo_session_syncs_total{result=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
+    }
+    Header(&out, "mnemo_turn_locks_total", "counter",
+           "Session turn locks on a shared store, by what taking one found: free, waited (another replica's "
+           "turn held it), timeout (still held after the wait bound: 409), unavailable (the turn went on without)");
+    for (const auto& [k, v] : locks_) {
+      Line(&out, "mnemo_turn_locks_total{result=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
+    }
+    Header(&out, "mnemo_session_notices_total", "counter",
+           "Change notices from other replicas that changed a local copy: stale (appended elsewhere: the next "
+           "turn appends the stored turns), dropped (cut or deleted elsewhere)");
+    for (const auto& [k, v] : notices_) {
+      Line(&out, "mnemo_session_notices_total{action=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
     }
   }
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -236,6 +263,10 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
   e2e_.Render("mnemo_request_seconds", "Turn latency, submit to done", &out);
   queue_.Render("mnemo_queue_wait_seconds", "Time turns waited for admission to the batch", &out);
   probe_.Render("mnemo_store_probe_seconds", "Per-turn probe of a shared store (Store::GetSessionVersion)", &out);
+  lock_wait_.Render("mnemo_turn_lock_wait_seconds",
+                    "Time a turn waited for its session's turn lock held by another replica's turn", &out);
+  notice_latency_.Render("mnemo_session_notice_latency_seconds",
+                         "Delivery latency of change notices from other replicas (the writer's clock)", &out);
   return out;
 }
 

@@ -58,6 +58,12 @@ class Metrics {
   // A probe of the shared store before a turn (Service::SyncSession): what it found ("fresh",
   // "stale", "loaded", "delta", "rebuilt", "absent") and how long the probe took.
   void SessionSync(const char* result, double probe_seconds);
+  // A session's turn lock taken on a shared store (Service::LockTurn): "free", "waited",
+  // "timeout" (409), "unavailable", and how long the request waited for it.
+  void TurnLock(const char* result, double wait_seconds);
+  // A change notice from another replica changed this replica's copy of a session
+  // (Service::OnStoreChange): "stale" or "dropped", and the notice's delivery latency.
+  void SessionNotice(const char* action, double latency_seconds);
   // This replica's name (ApiServer::replica_id), rendered as mnemo_replica_info{replica="..."} 1.
   void SetReplica(const std::string& id);
 
@@ -76,8 +82,10 @@ class Metrics {
   std::map<std::string, uint64_t> finish_;  // finish_reason -> count
   std::map<std::string, uint64_t> shed_;    // reason -> turns refused for load
   std::map<std::string, uint64_t> syncs_;   // SessionSync result -> probes
+  std::map<std::string, uint64_t> locks_;   // TurnLock result -> locks taken (or refused)
+  std::map<std::string, uint64_t> notices_;  // SessionNotice action -> notices
   std::string replica_;                     // "" until SetReplica
-  Histogram ttft_, itl_, e2e_, queue_, probe_;
+  Histogram ttft_, itl_, e2e_, queue_, probe_, lock_wait_, notice_latency_;
 };
 
 }  // namespace mnemo

@@ -96,6 +96,9 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
       // Other replicas hold most of a shared store's sessions: each is loaded when a request names
       // it (SyncSession). Loading them all cost every replica the whole store at every start.
       spdlog::info("shared store: sessions load when a request names them");
+      // And their commits are told: a copy held here goes stale or is dropped at once.
+      Service* svc = s.get();
+      store->Watch([svc](const SessionChange& c) { svc->OnStoreChange(c); });
       return s;
     }
     std::vector<int64_t> invalid;  // sessions holding ids outside the vocabulary (a damaged store)
@@ -116,6 +119,10 @@ Result<std::unique_ptr<Service>> Service::Create(Engine& engine, const Tokenizer
     spdlog::info("restored {} sessions from the store", s->sessions_.size());
   }
   return s;
+}
+
+Service::~Service() {
+  if (store_ && store_->shared()) store_->Watch(nullptr);  // no notice reaches this object once it returns
 }
 
 std::vector<Service::TurnMark> Service::MarksWithin(const Entry& e, size_t n, const std::string& text) {
@@ -225,7 +232,8 @@ std::optional<Service::AppendPlan> Service::PlanAppend(const TurnSpec& spec, con
   return plan;
 }
 
-ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int depth) {
+ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int depth,
+                                              std::shared_ptr<TurnLock> lock) {
   auto rendered = RenderText(spec);
   if (auto* err = std::get_if<ApiError>(&rendered)) return *err;
   const std::string text = std::move(std::get<std::string>(rendered));
@@ -333,14 +341,40 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
     if (const int64_t found = FindStored(spec.owner, tokens, lcp); found > 0) {
       const Sync s = SyncSession(found, spec.owner, /*load=*/true);
       if (s == Sync::kLoaded || s == Sync::kDelta || s == Sync::kRebuilt) {
-        return StartRendered(std::move(spec), found, depth + 1);
+        return StartRendered(std::move(spec), found, depth + 1, std::move(lock));
       }
+    }
+  }
+  // On a shared store, another replica may be running a turn on the session this turn continues:
+  // its turn lock is taken before the probe, waiting for that turn to commit (the probe then finds
+  // the session moved, and the plan is made again on what the store holds). A fork needs none:
+  // it stores a new session.
+  bool waited = false;
+  if ((plan == Plan::kContinue || plan == Plan::kTruncate) && Probes() && (!lock || lock->id() != target)) {
+    bool stored = false;
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      auto it = sessions_.find(target);
+      stored = it != sessions_.end() && it->second.stored;
+    }
+    if (stored) {
+      auto l = LockTurn(target, &waited);
+      if (!l.ok()) {
+        std::lock_guard<std::mutex> guard(mu_);
+        auto it = sessions_.find(target);
+        if (it != sessions_.end()) {
+          it->second.busy = false;
+          IndexLocked(target, it->second.tokens.size());
+        }
+        return ToApiError(l.error());
+      }
+      lock = std::move(*l);
     }
   }
   // On a shared store, the session found here may have moved on another replica: one probe, and a
   // stale copy is brought in step and the plan made again (at most twice: then the turn goes on,
   // and a commit on a copy that moved again loses the compare-and-set).
-  if (plan != Plan::kNew && target != synced && depth < 2 && !FreshInStore(target)) {
+  if (plan != Plan::kNew && (target != synced || waited) && depth < 2 && !FreshInStore(target)) {
     bool busy_elsewhere = false;  // a fork's source may have a turn running here
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -354,7 +388,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
     }
     if (!busy_elsewhere) {
       SyncSession(target, spec.owner, /*load=*/false);
-      return StartRendered(std::move(spec), target, depth + 1);
+      return StartRendered(std::move(spec), target, depth + 1, std::move(lock));
     }
     // Its running turn's commit will find the store moved: start afresh rather than fork a prefix
     // the store may no longer hold.
@@ -458,6 +492,8 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
     auto h = engine_.Enqueue(spec.request, plan == Plan::kNew);
     if (h.ok()) {
       st.handle = *h;
+      // Held until the commit; a lock for a session the turn no longer continues goes with `lock`.
+      if (lock && lock->id() == id && (plan == Plan::kContinue || plan == Plan::kTruncate)) st.lock = lock;
       return st;
     }
     if (attempt == 0 && plan != Plan::kNew && h.error().code == StatusCode::kNotFound) {  // expired meanwhile
@@ -491,6 +527,13 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
                                                     std::optional<StoredResponse> response,
                                                     std::optional<ConversationUpdate> conversation,
                                                     const std::string& owner, std::optional<StoredRequest> request) {
+  // The session's turn lock goes once this commit is stored or refused (every return below).
+  struct Unlock {
+    const std::shared_ptr<TurnLock>& lock;
+    ~Unlock() {
+      if (lock) lock->Release();
+    }
+  } unlock{t.lock};
   const bool keep = Completed(r.finish_reason);
   std::vector<std::string> item_ids;
   std::vector<int32_t> unstored;  // a composed session's tokens that the store has not seen
@@ -573,6 +616,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   e.busy = keep && t.prefill;  // a prompt computed for n choices stays reserved for them (StartChoices)
   if (keep) e.unstored_prefix.clear();
   if (keep && store_) e.stored = true;  // the commit above stored it (or its fork)
+  if (keep && store_ && !nothing_new) e.stale = false;
   if (keep && store_ && !nothing_new) {  // the stored log is now this copy's
     const bool created = t.new_session || t.fork_of || !unstored.empty();
     const int64_t before = expected ? expected->n_tokens : 0;

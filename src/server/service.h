@@ -37,6 +37,7 @@
 // Thread-safety: every method may be called from any HTTP handler thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -116,8 +117,29 @@ struct TurnSpec {
   std::shared_ptr<const jinja::Dict> template_extra;
 };
 
+// A stored session's turn lock on a shared store (Store::TryLockTurn): taken before a turn that
+// continues the session probes it, released when the turn commits or fails (Service::Commit), or
+// else when the last copy of its StartedTurn goes. Thread-safe.
+class TurnLock {
+ public:
+  TurnLock(Store* store, int64_t id) : store_(store), id_(id) {}
+  ~TurnLock() { Release(); }
+  TurnLock(const TurnLock&) = delete;
+  TurnLock& operator=(const TurnLock&) = delete;
+  int64_t id() const { return id_; }
+  void Release() {  // once; later calls do nothing
+    if (!released_.exchange(true)) store_->UnlockTurn(id_);
+  }
+
+ private:
+  Store* store_;
+  int64_t id_;
+  std::atomic<bool> released_{false};
+};
+
 struct StartedTurn {
   std::shared_ptr<TurnHandle> handle;
+  std::shared_ptr<TurnLock> lock;  // the session's turn lock, when a shared store took one
   int64_t session = -1;       // engine session the turn runs on
   bool new_session = false;   // created for this turn (not yet in the store)
   std::optional<int64_t> fork_of;   // forked from this session at fork_at
@@ -163,6 +185,9 @@ struct ServiceConfig {
   // from their text. On a shared store (PostgreSQL) other replicas may be serving those sessions:
   // Create then fails (kFailedPrecondition) and changes nothing.
   uint64_t token_identity = 0;
+  // Shared store: a turn continuing a session that another replica runs a turn on waits this long
+  // for that turn's commit (its turn lock), then continues from it; past this, 409 session_conflict.
+  double turn_lock_wait_s = 10;
   bool render_windows = true;      // fast paths that render a window (turn_window.h), when the template allows
   // Model-internal relevance (context_relevance "hidden" / "attention", through Engine::Probe):
   int hidden_layer = -1;           // block whose output is pooled; -1: n_layers / 2
@@ -222,6 +247,22 @@ class Service : public ServedModel {
   // before serving (ApiServer counts them in /metrics).
   using SyncObserver = std::function<void(const char* result, double probe_seconds)>;
   void SetSyncObserver(SyncObserver fn) { on_sync_ = std::move(fn); }
+  // Told of every turn lock taken on a shared store (LockTurn): "free", "waited" (another
+  // replica's turn held it), "timeout" (it still did after ServiceConfig::turn_lock_wait_s: the
+  // request got 409) or "unavailable" (the store could not be asked: the turn went on without), and
+  // how long the request waited, in seconds.
+  using LockObserver = std::function<void(const char* result, double wait_seconds)>;
+  void SetLockObserver(LockObserver fn) { on_lock_ = std::move(fn); }
+  // Told of every change notice from another replica that changed this replica's copy of a
+  // session (OnStoreChange): "stale" (the stored log grew: the next turn appends the stored
+  // turns) or "dropped" (cut or deleted: the copy is forgotten), and the notice's delivery
+  // latency, in seconds (from the writer's clock: the same host's, or NTP's accuracy apart).
+  using NoticeObserver = std::function<void(const char* action, double latency_seconds)>;
+  void SetNoticeObserver(NoticeObserver fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_notice_ = std::move(fn);
+  }
+  ~Service();
   Engine& engine() { return engine_; }
   Store* store() { return store_; }
 
@@ -276,7 +317,19 @@ class Service : public ServedModel {
  private:
   // synced: a session brought in step with the store for this turn already (-1: none); depth:
   // how many times the plan was made again after a stale copy was brought in step.
-  ApiResult<StartedTurn> StartRendered(TurnSpec spec, int64_t synced = -1, int depth = 0);
+  // lock: the turn lock taken for the session planned before (kept when the plan continues it again).
+  ApiResult<StartedTurn> StartRendered(TurnSpec spec, int64_t synced = -1, int depth = 0,
+                                       std::shared_ptr<TurnLock> lock = nullptr);
+  // Takes stored session id's turn lock on a shared store, polling while another replica's turn
+  // holds it, at most ServiceConfig::turn_lock_wait_s; *waited tells whether it had to wait (the
+  // session then moved: the caller probes it). Null when there is no lock to take (no shared
+  // store, or the store could not be asked: the compare-and-set still guards the commit).
+  // Errors: kAborted when the wait ran out. Runs on the request's thread, never the engine's.
+  Result<std::shared_ptr<TurnLock>> LockTurn(int64_t id, bool* waited);
+  // A change notice from another replica (Store::Watch, the store's listener thread): a copy held
+  // here at an older version is marked stale (appended elsewhere) or dropped (cut, deleted). A
+  // copy with a turn running here is left to that turn's commit.
+  void OnStoreChange(const SessionChange& c);
   // What SyncSession found.
   enum class Sync {
     kSkipped,  // not probed: no shared store, a session the store does not hold yet, or one
@@ -356,6 +409,9 @@ class Service : public ServedModel {
     // shared store is probed against it before a turn (SyncSession).
     int64_t store_length = 0;
     int64_t store_cuts = 0;
+    // Another replica's notice said the stored log grew past store_length: the next turn brings
+    // the copy in step without probing first (the probe finds the same; it is the safety net).
+    bool stale = false;
     std::string text;             // the rendering of the latest templated turn; "" when unknown
     std::vector<TurnMark> marks;  // templated turns whose text is a prefix of `text`, in log order
     // The latest turn's prompt messages, summarised, when its mark is marks.back() (fast paths):
@@ -406,6 +462,8 @@ class Service : public ServedModel {
   std::unordered_map<std::string, int64_t> responses_;  // owner + '\n' + response id -> session
   bool windows_ = false;  // the template renders windows (TemplateRendersWindows)
   SyncObserver on_sync_;  // SetSyncObserver
+  LockObserver on_lock_;  // SetLockObserver
+  NoticeObserver on_notice_;  // SetNoticeObserver (guarded by mu_: notices arrive from the start)
 };
 
 }  // namespace mnemo

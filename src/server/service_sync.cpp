@@ -2,6 +2,7 @@
 // that brings this replica's copy in step with the store (service.h's header comment).
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "base/log.h"
 #include "server/service.h"
@@ -49,6 +50,7 @@ bool Service::FreshInStore(int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end() || !it->second.stored) return true;
+    if (it->second.stale) return false;  // another replica said so (OnStoreChange): no probe
     length = it->second.store_length;
     cuts = it->second.store_cuts;
   }
@@ -192,6 +194,7 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
       e.version++;
       e.store_length = n_stored;
       e.store_cuts = ss->cuts;
+      e.stale = false;
       e.busy = false;
       IndexLocked(id, n_local);
     }
@@ -228,6 +231,76 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
   spdlog::info("session {}: diverged from the store (cuts {} -> {}, length {} -> {}): rebuilt from its {} stored tokens",
                id, cuts, stored.cuts, length, stored.n_tokens, n_stored);
   return report(Sync::kRebuilt);
+}
+
+Result<std::shared_ptr<TurnLock>> Service::LockTurn(int64_t id, bool* waited) {
+  *waited = false;
+  if (!Probes()) return std::shared_ptr<TurnLock>();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::duration<double>(config_.turn_lock_wait_s);
+  // Polled: a try is one round trip on the store's lock connection, which a blocking wait would
+  // hold for every other turn of this replica. 2 ms doubling to 20 ms: a turn that ends soon is
+  // seen soon, a long one costs ~50 tries a second.
+  auto pause = std::chrono::microseconds(2000);
+  for (;;) {
+    auto got = store_->TryLockTurn(id);
+    if (!got.ok()) {
+      spdlog::warn("session {}: cannot take its turn lock ({}): {}; the turn goes on without it", id,
+                   StatusCodeName(got.error().code), got.error().message);
+      if (on_lock_) on_lock_("unavailable", SecondsSince(t0));
+      return std::shared_ptr<TurnLock>();
+    }
+    if (*got) {
+      const double s = SecondsSince(t0);
+      if (*waited) spdlog::info("session {}: waited {:.3f} s for a turn another replica ran on it", id, s);
+      if (on_lock_) on_lock_(*waited ? "waited" : "free", s);
+      return std::make_shared<TurnLock>(store_, id);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      const double s = SecondsSince(t0);
+      if (on_lock_) on_lock_("timeout", s);
+      spdlog::info("session {}: another replica's turn still held it after {:.3f} s: refused", id, s);
+      return MakeError(StatusCode::kAborted,
+                       "this conversation has a turn in progress on another replica, which did not finish within "
+                       "%.1f s; retry once it has",
+                       config_.turn_lock_wait_s);
+    }
+    *waited = true;
+    std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<std::chrono::microseconds>(deadline - now)));
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+}
+
+void Service::OnStoreChange(const SessionChange& c) {
+  bool drop = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(c.id);
+    if (it == sessions_.end() || !it->second.stored || it->second.busy) return;
+    Entry& e = it->second;
+    // Versions only grow (appends grow the length, cuts the cut count): news older than this copy,
+    // or about it, changes nothing.
+    if (c.version && (c.version->cuts < e.store_cuts ||
+                      (c.version->cuts == e.store_cuts && c.version->n_tokens <= e.store_length))) {
+      return;
+    }
+    const char* action = "stale";
+    if (c.version && c.version->cuts == e.store_cuts) {
+      // Appended elsewhere: this copy is a prefix of the stored log, and its KV stays useful.
+      e.stale = true;
+      UnlinkLocked(c.id, e);  // its latest turn is not the conversation's latest: no fast path
+    } else {
+      // Cut or deleted elsewhere: what it holds past the cut is no one's any more.
+      ForgetLocked(c.id);
+      drop = true;
+      action = "dropped";
+    }
+    spdlog::debug("session {}: another replica {} it: local copy {}", c.id,
+                  !c.version ? "deleted" : drop ? "cut" : "appended to", action);
+    if (on_notice_) on_notice_(action, std::max(0.0, UnixNow() - c.sent_at));
+  }
+  if (drop) engine_.DiscardSession(c.id);
 }
 
 }  // namespace mnemo

@@ -105,15 +105,34 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   if (static_cast<int64_t>(context) >= engine_.max_context()) return std::nullopt;
 
   const bool truncate = cut != end;
+  bool stored = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(source);
     if (it == sessions_.end() || it->second.version != version || it->second.busy) return std::nullopt;
     it->second.busy = true;
     index_.SetUse(source, UseOf(it->second));
+    stored = it->second.stored;
+  }
+  // On a shared store another replica may be running a turn on the session: wait for its commit
+  // (the turn lock, as the whole-history path takes it).
+  std::shared_ptr<TurnLock> turn_lock;
+  if (stored && Probes()) {
+    bool waited = false;
+    auto l = LockTurn(source, &waited);
+    if (!l.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = sessions_.find(source);
+      if (it != sessions_.end()) {
+        it->second.busy = false;
+        IndexLocked(source, it->second.tokens.size());
+      }
+      return ApiResult<StartedTurn>(ToApiError(l.error()));
+    }
+    turn_lock = std::move(*l);
   }
   // On a shared store the session may have moved on another replica (one probe): brought in step,
-  // the whole-history path plans the turn on what the store holds.
+  // the whole-history path plans the turn on what the store holds (and takes the lock again).
   if (!FreshInStore(source)) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -173,6 +192,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   auto h = engine_.Enqueue(spec.request, /*new_session=*/false);  // refusals arrive as its kDone
   if (h.ok()) {
     st.handle = *h;
+    st.lock = std::move(turn_lock);  // held until the commit
     return ApiResult<StartedTurn>(std::move(st));
   }
   if (h.error().code == StatusCode::kNotFound) return fall_back();

@@ -10,14 +10,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <mutex>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "format/make_model.h"
 #include "store/store.h"
@@ -75,6 +78,15 @@ int64_t Syncs(httplib::Client& c, const std::string& result) {
   const std::string key = "mnemo_session_syncs_total{result=\"" + result + "\"} ";
   const size_t at = r->body.find(key);
   return at == std::string::npos ? 0 : std::stoll(r->body.substr(at + key.size()));
+}
+
+// A metric's value in the replica's /metrics (the line "<name> <value>"; 0 when absent).
+double Metric(httplib::Client& c, const std::string& name) {
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string key = "\n" + name + " ";
+  const size_t at = r->body.find(key);
+  return at == std::string::npos ? 0 : std::stod(r->body.substr(at + key.size()));
 }
 
 class Replicas : public ::testing::Test {
@@ -399,7 +411,9 @@ void DivergedCopyIsRebuilt(const std::string& db_, const std::vector<std::string
     l->tokens.resize(std::min<size_t>(l->tokens.size(), (*resp)->end_token));
     return l->tokens;
   };
-  EXPECT_EQ(Syncs(a.c, "rebuilt"), 1);
+  // Rebuilt by the probe before the turn, or dropped already when the other writer's notice came
+  // first (LISTEN/NOTIFY; the turn then loads the stored log).
+  EXPECT_EQ(Syncs(a.c, "rebuilt") + Metric(a.c, "mnemo_session_notices_total{action=\"dropped\"}"), 1);
   const std::vector<int32_t> stored = log_of(r2);
   EXPECT_EQ(stored, log_of(f2)) << a.proc.log();
   // The other writer's tokens are where it put them, in its session.
@@ -613,6 +627,240 @@ TEST_F(Replicas, DivergedChatHistoryMatchesOnlyItsCommonPrefix) {
   Json same_edited(std::vector<Json>(same.begin(), same.begin() + 5));
   same_edited.push_back({{"role", "user"}, {"content", "Why was the cat sad?"}});
   EXPECT_EQ(ChatText(Chat(*solo, same_edited)), ChatText(r));
+}
+
+// ---- a turn's lock and change notices (issue 14) ----
+
+// Advisory locks granted in the database of url (the turn locks replicas hold).
+int64_t AdvisoryLocks(const std::string& url) {
+  return PgInt(url,
+               "SELECT count(*) FROM pg_locks WHERE locktype='advisory' AND granted AND "
+               "database=(SELECT oid FROM pg_database WHERE datname=current_database())");
+}
+
+// Replicas whose long turns fit (2048 positions, stories260K's context) and whose continuations wait for them as long as
+// a loaded machine may need (the wait bound follows --max-queue-ms).
+std::unique_ptr<Replica> LongTurnReplica(const std::string& db) {
+  return ExactReplica(db, {"--max-context", "2048", "--kv-t0-mb", "64", "--max-queue-ms", "60000"});
+}
+
+// A long turn (ignore_eos, `tokens` tokens) continuing response `prev` on r, streamed on a thread
+// of its own.
+class LongTurn {
+ public:
+  LongTurn(Replica& r, const std::string& prev, int tokens) {
+    thread_ = std::thread([this, port = r.proc.port(), prev, tokens] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(120, 0);
+      Json body = Turn("And then what happened?");
+      body["previous_response_id"] = prev;
+      body["max_output_tokens"] = tokens;
+      body["ignore_eos"] = true;
+      body["stream"] = true;
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/responses";
+      req.body = body.dump();
+      req.set_header("Content-Type", "application/json");
+      req.content_receiver = [this](const char* d, size_t n, uint64_t, uint64_t) {
+        std::lock_guard lock(mu_);
+        body_.append(d, n);
+        cv_.notify_all();
+        return true;
+      };
+      auto res = c.send(req);
+      std::lock_guard lock(mu_);
+      status_ = res ? res->status : -1;
+      done_ = true;
+      ended_ = std::chrono::steady_clock::now();
+      cv_.notify_all();
+    });
+  }
+  ~LongTurn() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits (at most 30 s) until the turn generates: its first text delta arrived.
+  bool WaitGenerating() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30),
+                        [&] { return done_ || body_.find("response.output_text.delta") != std::string::npos; }) &&
+           !done_;
+  }
+  // Waits for the end of the stream; the stored response (status "incomplete": it ran to
+  // max_output_tokens), or null when it failed.
+  Json Finish() {
+    thread_.join();
+    const std::string tag = "event: response.incomplete\ndata: ";
+    const size_t at = body_.find(tag);
+    if (status_ != 200 || at == std::string::npos) return Json();
+    const size_t from = at + tag.size();
+    return Json::parse(body_.substr(from, body_.find('\n', from) - from))["response"];
+  }
+  std::string body() {
+    std::lock_guard lock(mu_);
+    return body_;
+  }
+  std::chrono::steady_clock::time_point ended() const { return ended_; }
+
+ private:
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string body_;
+  int status_ = 0;
+  bool done_ = false;
+  std::chrono::steady_clock::time_point ended_;
+};
+
+// The tokens of the stored session holding response `id`, up to its end.
+std::vector<int32_t> StoredLog(const std::string& db, const std::string& id) {
+  auto store = Store::Open(db);
+  if (!store.ok()) return {};
+  auto r = (*store)->GetResponse(id, "");
+  if (!r.ok() || !r->has_value() || !(*r)->session_id) return {};
+  auto s = (*store)->LoadSession(*(*r)->session_id);
+  if (!s.ok()) return {};
+  s->tokens.resize(std::min<size_t>(s->tokens.size(), (*r)->end_token));
+  return s->tokens;
+}
+
+// Two clients continue one conversation in sequence, one on replica a (a long turn), the other on
+// replica b while a's turn still runs (a failover, a client ignoring affinity). b waits for a's
+// turn lock, then continues from what the store holds: both turns succeed, each with its own
+// history. The old code ran b's turn at once on the log a was extending, and the second commit
+// lost the compare-and-set: a's long turn ended in a 409 error event after all its work.
+TEST_F(Replicas, ContinuationWaitsForTheTurnRunningOnTheOtherReplica) {
+  auto a = LongTurnReplica(db_);
+  auto b = LongTurnReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  const std::vector<int32_t> log1 = StoredLog(db_, r1["id"]);
+  ASSERT_FALSE(log1.empty());
+
+  LongTurn running(*a, r1["id"], 1800);
+  ASSERT_TRUE(running.WaitGenerating()) << running.body() << a->proc.log();
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = b->c.Post("/v1/responses", t2.dump(), "application/json");
+  const auto t1 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body << "\n" << b->proc.log();
+  Json long_turn = running.Finish();
+  ASSERT_TRUE(long_turn.is_object()) << "a's turn failed: " << running.body().substr(running.body().rfind("event:"))
+                                     << "\n" << a->proc.log();
+  EXPECT_EQ(Metric(b->c, "mnemo_turn_locks_total{result=\"waited\"}"), 1);
+  EXPECT_LE(running.ended(), t1) << "b answered before a's turn ended";
+  const double waited = Metric(b->c, "mnemo_turn_lock_wait_seconds_sum");
+  std::printf("[ replicas ] b's continuation waited %.3f s for a's turn lock; answered %.3f s after it was sent, "
+              "%.3f s after a's turn ended\n",
+              waited, std::chrono::duration<double>(t1 - t0).count(),
+              std::chrono::duration<double>(t1 - running.ended()).count());
+  if (res->status != 200) return;
+  Json r2 = Json::parse(res->body);
+
+  // Each turn's stored log is its own history: r1's log, then its turn (b's a fork of r1's end).
+  const std::vector<int32_t> a_log = StoredLog(db_, long_turn["id"]), b_log = StoredLog(db_, r2["id"]);
+  ASSERT_GT(a_log.size(), log1.size() + 1800);
+  ASSERT_GT(b_log.size(), log1.size());
+  EXPECT_TRUE(std::equal(log1.begin(), log1.end(), a_log.begin()));
+  EXPECT_TRUE(std::equal(log1.begin(), log1.end(), b_log.begin()));
+  EXPECT_EQ(b_log.size(), static_cast<size_t>(r2["usage"]["input_tokens"].get<int>() +
+                                              r2["usage"]["output_tokens"].get<int>()));
+  Json got = a->Get("/v1/responses/" + r2["id"].get<std::string>());
+  EXPECT_EQ(got["previous_response_id"], r1["id"]);
+  EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
+// A replica killed (SIGKILL) in the middle of a turn held the session's turn lock; PostgreSQL
+// releases it with the dead replica's connection, so the conversation continues on b at once
+// instead of waiting out the bound.
+TEST_F(Replicas, ReplicaKilledMidTurnReleasesItsLock) {
+  auto a = LongTurnReplica(db_);
+  auto b = LongTurnReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  {
+    LongTurn running(*a, r1["id"], 1800);
+    ASSERT_TRUE(running.WaitGenerating()) << running.body() << a->proc.log();
+    EXPECT_EQ(AdvisoryLocks(db_), 1) << "a holds no turn lock while its turn runs";
+    a->proc.Stop(SIGKILL);
+  }
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  const auto t0 = std::chrono::steady_clock::now();
+  Json r2 = b->Post("/v1/responses", t2);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_LT(took, 5.0) << "b waited for a dead replica's lock";
+  EXPECT_EQ(Metric(b->c, "mnemo_turn_locks_total{result=\"timeout\"}"), 0);
+  std::printf("[ replicas ] after a's kill b continued in %.3f s (lock %s)\n", took,
+              Metric(b->c, "mnemo_turn_locks_total{result=\"waited\"}") > 0 ? "waited for" : "free");
+  EXPECT_EQ(AdvisoryLocks(db_), 0);
+  const std::vector<int32_t> log1 = StoredLog(db_, r1["id"]), log2 = StoredLog(db_, r2["id"]);
+  ASSERT_GT(log2.size(), log1.size());
+  EXPECT_TRUE(std::equal(log1.begin(), log1.end(), log2.begin()));
+}
+
+// A commit on replica a tells replica b, which holds a copy of the session (LISTEN/NOTIFY): b marks
+// its copy stale before any request reaches it (no probe of b's), and the next turn on b appends
+// the stored turns to it. A truncation by another writer makes b drop its copy.
+TEST_F(Replicas, CommitOnOneReplicaMarksTheOthersCopyStale) {
+  auto a = ExactReplica(db_);
+  auto b = ExactReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  Json r2 = b->Post("/v1/responses", t2);  // b loads the session and continues it
+  ASSERT_TRUE(r2.is_object());
+  ASSERT_EQ(b->Get("/v1/sessions")["data"].size(), 1u);
+  auto probes = [&](Replica& r) {
+    double n = 0;
+    for (const char* k : {"fresh", "stale", "loaded", "delta", "rebuilt", "absent"}) n += Syncs(r.c, k);
+    return n;
+  };
+  const double b_probes = probes(*b);
+  EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"stale\"}"), 0);
+
+  Json t3 = Turn("Where did it go next?");
+  t3["previous_response_id"] = r2["id"];
+  Json r3 = a->Post("/v1/responses", t3);  // a appends b's turn, then commits its own: b is told
+  ASSERT_TRUE(r3.is_object());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (Metric(b->c, "mnemo_session_notices_total{action=\"stale\"}") < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"stale\"}"), 1) << b->proc.log();
+  EXPECT_EQ(probes(*b), b_probes) << "b probed the store";
+  std::printf("[ replicas ] notice latency on b: %.3f ms\n",
+              1e3 * Metric(b->c, "mnemo_session_notice_latency_seconds_sum"));
+
+  Json t4 = Turn("Was it happy?");
+  t4["previous_response_id"] = r3["id"];
+  Json r4 = b->Post("/v1/responses", t4);
+  ASSERT_TRUE(r4.is_object());
+  EXPECT_EQ(Syncs(b->c, "delta"), 1) << "b's stale copy was not extended";
+  EXPECT_GT(Cached(r4), 0) << "b's copy was not kept";
+
+  // Another writer cuts the log (an edit): b, holding it at r4's end, drops its copy.
+  auto store = Store::Open(db_);
+  ASSERT_TRUE(store.ok());
+  auto resp = (*store)->GetResponse(r4["id"], "");
+  ASSERT_TRUE(resp.ok() && resp->has_value() && (*resp)->session_id);
+  ASSERT_TRUE((*store)->TruncateSession(*(*resp)->session_id, 10).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (b->Get("/v1/sessions")["data"].size() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(b->Get("/v1/sessions")["data"].size(), 0u) << "b kept a copy the store cut";
+  EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"dropped\"}"), 1);
 }
 
 // Measured, not run by default (docs/benchmarks.md, issue 14): MNEMO_BENCH_SESSIONS=2000 stores
