@@ -774,6 +774,33 @@ TEST_F(Replicas, ContinuationWaitsForTheTurnRunningOnTheOtherReplica) {
   EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
 }
 
+// A continuation whose wait for the other replica's turn runs out (the bound follows
+// --max-queue-ms) is refused with 409 session_conflict in OpenAI's error shape, before any work;
+// the running turn is not disturbed.
+TEST_F(Replicas, ContinuationPastTheWaitBoundIsA409) {
+  auto a = LongTurnReplica(db_);
+  auto b = ExactReplica(db_, {"--max-queue-ms", "300"});
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  LongTurn running(*a, r1["id"], 1800);
+  ASSERT_TRUE(running.WaitGenerating()) << running.body() << a->proc.log();
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  auto res = b->c.Post("/v1/responses", t2.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 409) << res->body;
+  Json e = Json::parse(res->body, nullptr, false);
+  ASSERT_TRUE(e.is_object() && e.contains("error")) << res->body;
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["code"], "session_conflict");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("another replica"), std::string::npos) << res->body;
+  EXPECT_EQ(Metric(b->c, "mnemo_turn_locks_total{result=\"timeout\"}"), 1);
+  EXPECT_TRUE(running.Finish().is_object()) << running.body().substr(running.body().rfind("event:"));
+  EXPECT_EQ(PgInt(db_, "SELECT count(*) FROM responses"), 2) << "b stored a turn";
+}
+
 // A replica killed (SIGKILL) in the middle of a turn held the session's turn lock; PostgreSQL
 // releases it with the dead replica's connection, so the conversation continues on b at once
 // instead of waiting out the bound.
