@@ -137,7 +137,12 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
     return report(Sync::kAbsent);
   }
   const SessionVersion stored = **v;
-  if (held && stored.n_tokens == length && stored.cuts == cuts) return report(Sync::kFresh);
+  if (held && stored.n_tokens == length && stored.cuts == cuts) {
+    std::lock_guard<std::mutex> lock(mu_);  // a stale mark the store does not bear out is dropped
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && it->second.version == version) it->second.stale = false;
+    return report(Sync::kFresh);
+  }
 
   // Stale or not held: claim the entry (busy) while its log changes, so no turn starts on it.
   std::vector<int32_t> local;
