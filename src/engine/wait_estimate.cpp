@@ -1,7 +1,6 @@
 #include "engine/wait_estimate.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace mnemo {
 
@@ -9,7 +8,14 @@ void WaitEstimator::Pass(double now, int admitted, bool left_waiting) {
   if (backlog_ && last_pass_ >= 0) {
     window_time_ += now - last_pass_;
     window_admits_ += admitted;
-    if (window_time_ >= kWindow) {
+    // A window closes on the first admission once it spans kWindow. With turns that each hold the
+    // batch or the memory for longer than a window, admissions come in lumps; windows closed on the
+    // clock alone alternated between 0 and a lump's rate, and the blend halved the rate at each
+    // empty one (two admissions every 0.6 s, 3.3 turns a second, read as 1.3: a forecast of 6.2 s
+    // for a 2.4 s wait, and 429s from a server answering within a second). A stall closes no
+    // window: the sojourn of the turn at the head speaks for it, and the admission that ends it
+    // measures how slow the drain was.
+    if (window_time_ >= kWindow && window_admits_ > 0) {
       const double sample = window_admits_ / window_time_;
       const double was = rate_.load(std::memory_order_relaxed);
       // A stale rate is not blended: it no longer describes the engine.
@@ -42,7 +48,6 @@ double WaitEstimator::Estimate(double now, int arriving) const {
   const double rate = at >= 0 && now - at <= kStale ? rate_.load(std::memory_order_relaxed) : -1;
   double forecast = 0;  // unmeasured or stale: the sojourn alone speaks
   if (rate > 0) forecast = (ahead + 1) / rate;
-  if (rate == 0 && ahead > 0) forecast = std::numeric_limits<double>::infinity();
   const double oldest = oldest_.load(std::memory_order_relaxed);
   const double sojourn = oldest >= 0 ? std::max(0.0, now - oldest) : 0;
   return std::max(forecast, sojourn);

@@ -15,7 +15,9 @@
 // drain_rate counts admissions per second of backlog only: the time between two admission passes
 // counts when the earlier pass left turns waiting (an idle engine, admitting each turn as it comes,
 // measures the arrival rate, not the capacity). It is averaged over windows of at least kWindow
-// seconds (one forward step on a big model can take longer than a whole short turn on a small one),
+// seconds (one forward step on a big model can take longer than a whole short turn on a small one)
+// that end on an admission (admissions come in lumps when each turn holds its place for longer
+// than a window, so a window cut by the clock alone reads 0 or a lump),
 // blended by an exponential moving average (half the weight on the newest window) so that a change
 // of workload (long turns after short ones) is followed within a second or two. The sojourn term
 // (CoDel's signal) covers what the forecast misses: no measurement yet, or a batch stalled for
@@ -36,7 +38,7 @@ namespace mnemo {
 
 class WaitEstimator {
  public:
-  // Shortest stretch of backlog one drain-rate sample spans (seconds).
+  // Shortest stretch of backlog one drain-rate sample spans (seconds); it ends on an admission.
   static constexpr double kWindow = 0.25;
   // Age past which a drain rate no longer counts (seconds since the window that measured it).
   static constexpr double kStale = 2.0;
@@ -51,8 +53,7 @@ class WaitEstimator {
   // Turns a newcomer would queue behind: the waiting ones, and of `arriving` turns let in but not
   // yet queued, those the batch's free places do not take.
   int Ahead(int arriving) const;
-  // Seconds a turn submitted at `now` would wait for admission, with `arriving` others on their way
-  // (+infinity when turns wait and the engine has measured that none drain).
+  // Seconds a turn submitted at `now` would wait for admission, with `arriving` others on their way.
   double Estimate(double now, int arriving = 0) const;
   // Turns admitted per second of backlog (< 0: not measured yet), whatever its age.
   double drain_rate() const { return rate_.load(std::memory_order_relaxed); }
