@@ -17,7 +17,7 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, DType kv_dtype, i
     : model_(model),
       tok_(tokenizer),
       max_context_(max_context),
-      kv_(model.kv_shape(kv_dtype), (max_context + kBlockTokens - 1) / kBlockTokens) {}
+      kv_(model.kv_shape(kv_dtype), BlocksFor(max_context)) {}
 
 Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
                                            const std::function<void(std::string_view)>& on_text) {
@@ -38,7 +38,7 @@ Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
   if (!sampler.ok()) return sampler.error();
 
   // One sequence over the whole pool, blocks in order.
-  std::vector<int32_t> table((max_context_ + kBlockTokens - 1) / kBlockTokens);
+  std::vector<int32_t> table(BlocksFor(max_context_));
   std::iota(table.begin(), table.end(), 0);
   std::vector<int32_t> history = req.prompt;
   std::vector<float> logits;
@@ -48,7 +48,7 @@ Result<GenerateResult> Generator::Generate(const GenerateRequest& req,
     std::vector<int32_t> pos(to - from);
     std::iota(pos.begin(), pos.end(), from);
     int i = b.Add(history.data() + from, pos.data(), to - from, false);
-    b.seqs[i].block_table.assign(table.begin(), table.begin() + (to + kBlockTokens - 1) / kBlockTokens);
+    b.seqs[i].block_table.assign(table.begin(), table.begin() + BlocksFor(to));
     b.seqs[i].n_ctx = to;
     model_.Forward(b, kv_, logits);
   };

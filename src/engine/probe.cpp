@@ -37,7 +37,7 @@ Result<ProbeResult> Engine::Probe(const ProbeRequest& req) {
   Result<ProbeResult> out = Stopped();
   Call([&] {
     const auto t0 = std::chrono::steady_clock::now();
-    const int n_blocks = (n + kBlockTokens - 1) / kBlockTokens;
+    const int n_blocks = BlocksFor(n);
     if (!probe_kv_ || probe_kv_->n_blocks() < n_blocks) {
       probe_kv_ = std::make_unique<KvStorage>(model_.kv_shape(DType::F32), n_blocks);
     }

@@ -15,7 +15,7 @@ Result<std::vector<float>> PromptLogits(Model& model, const std::vector<int32_t>
   for (int32_t t : tokens) {
     if (t < 0 || t >= c.vocab_size) return MakeError("token id %d is outside the vocabulary [0, %d)", t, c.vocab_size);
   }
-  const int n_blocks = (n + kBlockTokens - 1) / kBlockTokens;
+  const int n_blocks = BlocksFor(n);
   KvStorage kv(model.kv_shape(kv_dtype), n_blocks);
   std::vector<int32_t> pos(n);  // [n] positions 0..n-1
   std::iota(pos.begin(), pos.end(), 0);

@@ -1,6 +1,6 @@
 // The chunk lifecycle's transition table (src/kv/chunk_state.h): the moves it allows and refuses.
 // That the cache manager takes every allowed edge, and keeps each state's fields, is checked by
-// the random-operation tests (cache_manager_test, victim_index_test).
+// the random-operation tests (cache_random_test, victim_index_test).
 #include "kv/chunk_state.h"
 
 #include <gtest/gtest.h>

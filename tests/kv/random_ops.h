@@ -6,7 +6,7 @@
 // CheckInvariants (every chunk record's fields fit its state, chunk_state.h) and then whatever the
 // test adds (Hooks).
 //
-// Used by cache_manager_test (exact KV served through copies) and victim_index_test (every victim
+// Used by cache_random_test (exact KV served through copies) and victim_index_test (every victim
 // equals a brute-force scan).
 #pragma once
 

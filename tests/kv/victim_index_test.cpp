@@ -12,15 +12,14 @@
 
 #include "base/block.h"
 #include "base/rng.h"
+#include "cache_test_util.h"
 #include "kv/cache_manager.h"
 #include "random_ops.h"
 
 namespace mnemo {
 namespace {
 
-std::unique_ptr<EvictionPolicy> Policy(const char* name) {
-  return std::move(MakeEvictionPolicy(name, CostModel{1000.0, 10.0}).value());
-}
+using kvtest::Policy;
 
 // Random files and unfiles over few weights and few distinct times (ties in both), each pick
 // checked against the minimum key over a plain copy of what is filed.
