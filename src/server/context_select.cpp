@@ -46,7 +46,8 @@ ApiResult<StartedTurn> Service::Start(TurnSpec spec) {
   } else if (windows_ && !spec.prompt && !spec.template_extra && spec.hint.session < 0 && spec.hint.key.empty()) {
     if (auto fast = StartResent(spec)) return std::move(*fast);
   }
-  auto st = StartRendered(std::move(spec), synced);
+  std::shared_ptr<TurnLock> lock = spec.lock;  // kept to the commit when the turn continues its session
+  auto st = StartRendered(std::move(spec), synced, 0, std::move(lock));
   if (auto* t = std::get_if<StartedTurn>(&st)) t->context = std::move(report);
   return st;
 }

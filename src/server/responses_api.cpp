@@ -180,10 +180,24 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   }
   std::optional<StoredConversation> conv;
   if (conv_id) {
-    auto c = store->GetConversation(*conv_id, owner);
-    if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
-    if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
-    conv = **c;
+    // A conversation is append-only: its turns continue one another, never fork. On a shared store
+    // another replica may be running a turn on it, holding its session's turn lock until its
+    // commit: the lock is taken before the items are read, and the conversation read again under
+    // it, so a turn that waited reads the other turn's items and continues after them. (A
+    // conversation that moved to another session meanwhile: that one's lock, a few times at most;
+    // past that the commit's compare-and-set still guards the session.)
+    for (int attempt = 0;; attempt++) {
+      auto c = store->GetConversation(*conv_id, owner);
+      if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
+      if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
+      conv = **c;
+      if (!conv->session_id || (spec.lock && spec.lock->id() == *conv->session_id) || attempt == 3) break;
+      spec.lock.reset();  // releases the lock of the session it pointed at before
+      auto l = service_.LockStored(*conv->session_id);
+      if (auto* e = std::get_if<ApiError>(&l)) return http::SendError(res, *e);
+      spec.lock = std::move(std::get<std::shared_ptr<TurnLock>>(l));
+      if (!spec.lock) break;  // no lock to take: the conversation just read is the one to continue
+    }
     // Client-chosen item ids are checked before any token is generated (a collision found only at
     // the commit would waste the turn). Ids are scoped to the conversation, so this reveals
     // nothing about other conversations or owners.
@@ -246,9 +260,13 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     const int max_ctx = service_.engine().max_context();
     if (static_cast<int>(std::get<0>(toks).size()) >= max_ctx) spec.context.budget = std::max(1, max_ctx * 3 / 4);
   }
+  std::shared_ptr<TurnLock> conv_lock = spec.lock;
   if (!started) started = service_.Start(spec);
   if (auto* e = std::get_if<ApiError>(&*started)) return http::SendError(res, *e);
   StartedTurn t = std::get<StartedTurn>(*started);
+  // A conversation's turn holds its lock to the commit, also when it did not continue the session
+  // (a fork): the next turn must read this one's items.
+  if (!t.lock) t.lock = std::move(conv_lock);
   if (t.context.applied) metrics_.ContextSelection(t.context.dropped_tokens);
   if (t.windowed) metrics_.WindowedTurn();
 

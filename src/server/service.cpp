@@ -527,11 +527,15 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
                                                     std::optional<StoredResponse> response,
                                                     std::optional<ConversationUpdate> conversation,
                                                     const std::string& owner, std::optional<StoredRequest> request) {
-  // The session's turn lock goes once this commit is stored or refused (every return below).
+  // The session's turn lock goes once this commit is stored or refused (every return below), but
+  // a prompt stored for n > 1 choices hands it on to them (StartChoices): choice 0 appends to
+  // the session, and another replica's turn between the two commits would make it lose the
+  // compare-and-set after all its work.
   struct Unlock {
     const std::shared_ptr<TurnLock>& lock;
+    bool hand_on = false;
     ~Unlock() {
-      if (lock) lock->Release();
+      if (lock && !hand_on) lock->Release();
     }
   } unlock{t.lock};
   const bool keep = Completed(r.finish_reason);
@@ -614,6 +618,7 @@ ApiResult<std::vector<std::string>> Service::Commit(const StartedTurn& t, const 
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = sessions_[t.session];
   e.busy = keep && t.prefill;  // a prompt computed for n choices stays reserved for them (StartChoices)
+  unlock.hand_on = keep && t.prefill;
   if (keep) e.unstored_prefix.clear();
   if (keep && store_) e.stored = true;  // the commit above stored it (or its fork)
   if (keep && store_ && !nothing_new) e.stale = false;

@@ -98,6 +98,8 @@ struct ContextReport {
                                            // attention: the whole history + the message)
 };
 
+class TurnLock;
+
 struct TurnSpec {
   std::string owner;                  // API key hash ("" without auth)
   std::vector<ChatMessage> messages;  // the whole conversation to render (chat APIs)
@@ -115,25 +117,36 @@ struct TurnSpec {
   // them skip the window fast paths (a window's prompt hash covers only the messages) and are
   // continued by comparing whole renderings (PlanAppend), which cover the variables too.
   std::shared_ptr<const jinja::Dict> template_extra;
+  // A turn lock the caller took before reading the history (Service::LockStored: a conversation's
+  // items); the turn keeps it to its commit when it continues that session.
+  std::shared_ptr<TurnLock> lock;
 };
 
 // A stored session's turn lock on a shared store (Store::TryLockTurn): taken before a turn that
 // continues the session probes it, released when the turn commits or fails (Service::Commit), or
-// else when the last copy of its StartedTurn goes. Thread-safe.
+// else when the last copy of its StartedTurn goes. n > 1 choices share their prompt's lock
+// (Service::StartChoices): each choice is one more holder, and the lock goes with the last
+// holder's Release, so that no other replica's turn lands between the prompt's commit and the
+// choices'. Thread-safe.
 class TurnLock {
  public:
   TurnLock(Store* store, int64_t id) : store_(store), id_(id) {}
-  ~TurnLock() { Release(); }
+  ~TurnLock() { Unlock(); }
   TurnLock(const TurnLock&) = delete;
   TurnLock& operator=(const TurnLock&) = delete;
   int64_t id() const { return id_; }
-  void Release() {  // once; later calls do nothing
-    if (!released_.exchange(true)) store_->UnlockTurn(id_);
+  void Hold() { holders_++; }  // one more holder (a choice), who calls Release once
+  void Release() {  // one holder done: the last unlocks; calls past that do nothing
+    if (holders_.fetch_sub(1) == 1) Unlock();
   }
 
  private:
+  void Unlock() {
+    if (!released_.exchange(true)) store_->UnlockTurn(id_);
+  }
   Store* store_;
   int64_t id_;
+  std::atomic<int> holders_{1};
   std::atomic<bool> released_{false};
 };
 
@@ -269,6 +282,12 @@ class Service : public ServedModel {
   // Picks or makes the session and submits the turn (selecting turns first when the request, or
   // the server default, sets a context budget, or when truncation must shorten the context).
   ApiResult<StartedTurn> Start(TurnSpec spec);
+  // Conversations API on a shared store: takes stored session id's turn lock (waiting for another
+  // replica's turn on it to commit, as Start does) before the caller reads the conversation's
+  // items, so that a turn that waited reads the other turn's items and continues after them; pass
+  // it in TurnSpec::lock. Null when there is no lock to take (no shared store, or the store could
+  // not be asked). Errors: 409 session_conflict past ServiceConfig::turn_lock_wait_s.
+  ApiResult<std::shared_ptr<TurnLock>> LockStored(int64_t id);
   // The Responses API's fast path: the turn after stored response `response_id` of spec.owner,
   // spec.messages holding only the new input items' messages and spec.instructions the request's.
   // Applies when the response is the latest turn of a live, idle session, made with the same
@@ -293,7 +312,9 @@ class Service : public ServedModel {
   // follow-up that resends the history with choice i's reply continues choice i's session (the
   // reply's own tokens, nothing recomputed). Waits on the engine (one call per fork). On an error
   // nothing is left: started choices are cancelled and discarded, the forks dropped, the session
-  // freed. Errors: the engine's (a session that expired meanwhile, shutdown).
+  // freed. Errors: the engine's (a session that expired meanwhile, shutdown). The prompt's turn
+  // lock (a shared store), which its Commit hands on, is held by every choice until the last one
+  // commits, and released on an error.
   ApiResult<std::vector<StartedTurn>> StartChoices(const StartedTurn& prefill, const TurnRequest& request, int n,
                                                    const std::string& owner);
   // After the turn's kDone: commits a finished turn (and the optional response / conversation

@@ -40,13 +40,16 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(source);
     if (it == sessions_.end() || !it->second.busy) {  // the engine expired it after the prefill
+      if (prefill.lock) prefill.lock->Release();
       return ToApiError(MakeError(StatusCode::kUnavailable, "the prompt's session is gone; retry"));
     }
     len = it->second.tokens.size();
   }
   std::vector<int64_t> forks;
-  // Undoes what is made so far: the forks are forgotten, the source freed.
+  // Undoes what is made so far: the forks are forgotten, the source freed (and its turn lock,
+  // which the prompt's Commit handed on to the choices).
   auto release = [&] {
+    if (prefill.lock) prefill.lock->Release();
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int64_t f : forks) ForgetLocked(f);
@@ -97,8 +100,11 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
     req.append.clear();  // the whole prompt is in the log: the engine feeds its last position again
     req.sampling.seed = ChoiceSeed(request.sampling.seed, i);
     req.keep_stop_token = true;  // templates close an assistant turn with the model's EOG token
+    st.lock = prefill.lock;  // each choice holds the session's turn lock until its commit
+    if (st.lock) st.lock->Hold();
     auto h = engine_.Enqueue(std::move(req), /*new_session=*/false);
     if (!h.ok()) {
+      if (st.lock) st.lock->Release();
       // The choices started end cancelled and are discarded (their forks dropped, the source
       // freed); the forks not started yet are dropped here.
       for (StartedTurn& s : out) {
@@ -114,6 +120,7 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
           for (int64_t f : forks) ForgetLocked(f);
         }
         for (int64_t f : forks) engine_.DiscardSession(f);
+        if (prefill.lock) prefill.lock->Release();
       }
       spdlog::warn("session {}: choice {} of {} could not start: {}", source, i, n, h.error().message);
       return ToApiError(h.error(), h.error().code == StatusCode::kResourceExhausted ? "the server is busy: " : "");
@@ -121,6 +128,7 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
     st.handle = *h;
     out.push_back(std::move(st));
   }
+  if (prefill.lock) prefill.lock->Release();  // the prompt's hold: the choices hold it now
   return out;
 }
 

@@ -277,6 +277,13 @@ Result<std::shared_ptr<TurnLock>> Service::LockTurn(int64_t id, bool* waited) {
   }
 }
 
+ApiResult<std::shared_ptr<TurnLock>> Service::LockStored(int64_t id) {
+  bool waited = false;
+  auto l = LockTurn(id, &waited);
+  if (!l.ok()) return ToApiError(l.error());
+  return std::move(*l);
+}
+
 void Service::OnStoreChange(const SessionChange& c) {
   bool drop = false;
   {

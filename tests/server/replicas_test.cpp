@@ -644,16 +644,17 @@ std::unique_ptr<Replica> LongTurnReplica(const std::string& db) {
   return ExactReplica(db, {"--max-context", "2048", "--kv-t0-mb", "64", "--max-queue-ms", "60000"});
 }
 
-// A long turn (ignore_eos, `tokens` tokens) continuing response `prev` on r, streamed on a thread
-// of its own.
+// A long turn (ignore_eos, `tokens` tokens) on r, streamed on a thread of its own: continuing
+// response `after` (an id), or with the fields `after` holds (a conversation).
 class LongTurn {
  public:
-  LongTurn(Replica& r, const std::string& prev, int tokens) {
-    thread_ = std::thread([this, port = r.proc.port(), prev, tokens] {
+  LongTurn(Replica& r, const Json& after, int tokens) {
+    thread_ = std::thread([this, port = r.proc.port(), after, tokens] {
       httplib::Client c("127.0.0.1", port);
       c.set_read_timeout(120, 0);
       Json body = Turn("And then what happened?");
-      body["previous_response_id"] = prev;
+      if (after.is_string()) body["previous_response_id"] = after;
+      else body.update(after);
       body["max_output_tokens"] = tokens;
       body["ignore_eos"] = true;
       body["stream"] = true;
@@ -771,6 +772,72 @@ TEST_F(Replicas, ContinuationWaitsForTheTurnRunningOnTheOtherReplica) {
                                               r2["usage"]["output_tokens"].get<int>()));
   Json got = a->Get("/v1/responses/" + r2["id"].get<std::string>());
   EXPECT_EQ(got["previous_response_id"], r1["id"]);
+  EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
+// The same with the Conversations API, where the turns continue one another: a conversation is
+// append-only. b waits for a's turn lock, then reads the conversation again and continues after
+// a's turn: both turns are in its items in commit order, and b's reply was computed with a's turn
+// in its context. The old code read the items before waiting and forked b's turn from the history
+// without a's turn (its input had r1's tokens only), though its items were listed after a's.
+TEST_F(Replicas, ConversationTurnWaitsForTheTurnRunningOnTheOtherReplica) {
+  auto a = LongTurnReplica(db_);
+  auto b = LongTurnReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json conv = a->Post("/v1/conversations", Json::object());
+  ASSERT_TRUE(conv.is_object());
+  const std::string cid = conv["id"];
+  Json t1 = Turn("Tell me a story about a cat.");
+  t1["conversation"] = cid;
+  Json r1 = a->Post("/v1/responses", t1);
+  ASSERT_TRUE(r1.is_object());
+
+  LongTurn running(*a, Json{{"conversation", cid}}, 1800);
+  ASSERT_TRUE(running.WaitGenerating()) << running.body() << a->proc.log();
+  Json t2 = Turn("What did the cat eat?");
+  t2["conversation"] = cid;
+  auto res = b->c.Post("/v1/responses", t2.dump(), "application/json");
+  const auto t_b = std::chrono::steady_clock::now();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body << "\n" << b->proc.log();
+  Json long_turn = running.Finish();
+  ASSERT_TRUE(long_turn.is_object()) << "a's turn failed: " << running.body().substr(running.body().rfind("event:"))
+                                     << "\n" << a->proc.log();
+  EXPECT_EQ(Metric(b->c, "mnemo_turn_locks_total{result=\"waited\"}"), 1);
+  EXPECT_LE(running.ended(), t_b) << "b answered before a's turn ended";
+  if (res->status != 200) return;
+  Json r2 = Json::parse(res->body);
+
+  // b's context held a's whole turn: its input counts a's input and output, and more.
+  const int a_total = long_turn["usage"]["input_tokens"].get<int>() + long_turn["usage"]["output_tokens"].get<int>();
+  std::printf("[ replicas ] b's conversation turn: %d input tokens (a's turn ended at %d), %d cached\n",
+              r2["usage"]["input_tokens"].get<int>(), a_total, Cached(r2));
+  EXPECT_GT(r2["usage"]["input_tokens"].get<int>(), a_total) << r2["usage"].dump();
+  // b's stored log holds a's turn. (It forks a's log inside a's reply: a reply generated past its
+  // end-of-text tokens, ignore_eos, does not encode back to the tokens generated.)
+  const std::vector<int32_t> a_log = StoredLog(db_, long_turn["id"]), b_log = StoredLog(db_, r2["id"]);
+  ASSERT_GT(a_log.size(), 1800u);
+  ASSERT_GT(b_log.size(), a_log.size());
+  const size_t common = std::mismatch(a_log.begin(), a_log.end(), b_log.begin()).first - a_log.begin();
+  std::printf("[ replicas ] b's log %zu tokens, a's %zu, common prefix %zu\n", b_log.size(), a_log.size(), common);
+
+  // The items, whichever replica lists them: r1's turn, a's, b's, in that order.
+  for (Replica* r : {a.get(), b.get()}) {
+    Json items = r->Get("/v1/conversations/" + cid + "/items?order=asc&limit=100");
+    ASSERT_TRUE(items.is_object());
+    std::vector<std::string> texts;
+    for (const Json& it : items["data"]) {
+      for (const Json& part : it["content"]) texts.push_back(part.value("text", ""));
+    }
+    ASSERT_EQ(texts.size(), 6u) << items.dump();
+    EXPECT_EQ(texts[0], "Tell me a story about a cat.");
+    EXPECT_EQ(texts[1], Text(r1));
+    EXPECT_EQ(texts[2], "And then what happened?");
+    EXPECT_EQ(texts[3], Text(long_turn));
+    EXPECT_EQ(texts[4], "What did the cat eat?");
+    EXPECT_EQ(texts[5], Text(r2));
+  }
   EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
 }
 
