@@ -841,6 +841,82 @@ TEST_F(Replicas, ConversationTurnWaitsForTheTurnRunningOnTheOtherReplica) {
   EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
 }
 
+// n > 1 choices continuing a stored session: the prompt is committed first, then choice 0 appends
+// to the session and the others to forks of it. The prompt's turn lock is held until the last
+// choice commits, so a continuation of the prompt reaching replica b in between waits for the
+// choices. The old code released it with the prompt's commit: b appended its turn to the session
+// at once, and choice 0's commit lost the compare-and-set after all its work (an error in a's
+// stream).
+TEST_F(Replicas, ChoicesHoldTheTurnLockUntilTheLastCommits) {
+  auto a = LongTurnReplica(db_);
+  auto b = LongTurnReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  ASSERT_GT(b->proc.port(), 0) << b->proc.log();
+  Json history = Json::array({{{"role", "system"}, {"content", "You are a storyteller for children."}},
+                              {{"role", "user"}, {"content", kUserTurns[0]}}});
+  ASSERT_TRUE(Chat(*a, history).is_object());
+  history.push_back({{"role", "user"}, {"content", kUserTurns[1]}});
+
+  // On a: two choices of 1,800 tokens each, streamed.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string got;
+  int status = 0;
+  bool done = false;
+  std::thread running([&, port = a->proc.port()] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    const Json body = {{"model", "m"}, {"messages", history}, {"n", 2}, {"max_tokens", 1800},
+                       {"ignore_eos", true}, {"temperature", 0}, {"stream", true}};
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      std::lock_guard lock(mu);
+      got.append(d, n);
+      cv.notify_all();
+      return true;
+    };
+    auto res = c.send(req);
+    std::lock_guard lock(mu);
+    status = res ? res->status : -1;
+    done = true;
+    cv.notify_all();
+  });
+  bool generating = false;
+  {
+    std::unique_lock lock(mu);
+    generating = cv.wait_for(lock, std::chrono::seconds(30),
+                             [&] { return done || got.find("\"content\"") != std::string::npos; }) && !done;
+  }
+  if (!generating) {
+    running.join();
+    FAIL() << "a's choices did not start: " << got << a->proc.log();
+  }
+  // On b: the prompt continued with a reply of the client's own (the session as a's prompt left it).
+  Json next = history;
+  next.push_back({{"role", "assistant"}, {"content", "Once upon a time"}});
+  next.push_back({{"role", "user"}, {"content", kUserTurns[2]}});
+  Json rb = Chat(*b, next);
+  running.join();
+  EXPECT_TRUE(rb.is_object());
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(got.find("\"error\""), std::string::npos) << got.substr(got.rfind("data:", got.size() - 20)) << a->proc.log();
+  size_t lengths = 0;
+  for (size_t at = got.find("\"finish_reason\":\"length\""); at != std::string::npos;
+       at = got.find("\"finish_reason\":\"length\"", at + 1)) {
+    lengths++;
+  }
+  EXPECT_EQ(lengths, 2u) << "both choices ran to max_tokens";
+  std::printf("[ replicas ] b's turn lock during a's choices: waited %.0f, free %.0f\n",
+              Metric(b->c, "mnemo_turn_locks_total{result=\"waited\"}"),
+              Metric(b->c, "mnemo_turn_locks_total{result=\"free\"}"));
+  EXPECT_EQ(Metric(b->c, "mnemo_turn_locks_total{result=\"waited\"}"), 1);
+  EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
 // A continuation whose wait for the other replica's turn runs out (the bound follows
 // --max-queue-ms) is refused with 409 session_conflict in OpenAI's error shape, before any work;
 // the running turn is not disturbed.
