@@ -11,6 +11,7 @@
 namespace mnemo {
 
 using pg::Conn;
+using pg::Stmt;
 
 namespace {
 // Advisory lock keys of a session's turn lock: the two-int4 form, a space of its own (the
@@ -43,7 +44,8 @@ Result<bool> PgStore::TryLockTurn(int64_t id) {
       if (!c) return c.error();
       lock_conn_ = std::move(*c);
     }
-    auto r = lock_conn_->Exec("SELECT pg_try_advisory_lock($1::int, $2::int)", {TurnLockKey1(id), TurnLockKey2(id)});
+    auto r = lock_conn_->Exec(Stmt{"try_turn_lock", "SELECT pg_try_advisory_lock($1::int, $2::int)"},
+                              {TurnLockKey1(id), TurnLockKey2(id)});
     if (!r) {
       if (attempt == 0 && r.error().code == StatusCode::kUnavailable && lock_conn_->broken()) continue;
       return r.error();
@@ -57,7 +59,8 @@ Result<bool> PgStore::TryLockTurn(int64_t id) {
 void PgStore::UnlockTurn(int64_t id) {
   std::lock_guard lock(lock_mu_);
   if (locked_.erase(id) == 0 || !lock_conn_ || lock_conn_->broken()) return;  // not held (any more)
-  auto r = lock_conn_->Exec("SELECT pg_advisory_unlock($1::int, $2::int)", {TurnLockKey1(id), TurnLockKey2(id)});
+  auto r = lock_conn_->Exec(Stmt{"turn_unlock", "SELECT pg_advisory_unlock($1::int, $2::int)"},
+                            {TurnLockKey1(id), TurnLockKey2(id)});
   if (!r) spdlog::warn("session {}: releasing its turn lock failed: {}", id, r.error().message);
 }
 
@@ -65,8 +68,10 @@ void PgStore::UnlockTurn(int64_t id) {
 
 Status PgStore::NotifyTx(Conn& c, int64_t id) const {
   return c.Run(
-      "SELECT pg_notify('mnemo_sessions', $1::text || ' ' || $2::bigint || ' ' || "
-      "coalesce((SELECT n_tokens || ' ' || cuts FROM sessions WHERE id=$2::bigint), 'deleted') || ' ' || $3::text)",
+      Stmt{"notify_session",
+           "SELECT pg_notify('mnemo_sessions', $1::text || ' ' || $2::bigint || ' ' || "
+           "coalesce((SELECT n_tokens || ' ' || cuts FROM sessions WHERE id=$2::bigint), 'deleted') || ' ' || "
+           "$3::text)"},
       {origin_, id, UnixNow()});
 }
 

@@ -120,6 +120,7 @@ Result<std::vector<Conn::Notification>> Conn::TakeNotifications() {
 
 Status Conn::Reconnect() {
   PQreset(c_);
+  prepared_.clear();  // a new server session: nothing prepared
   if (PQstatus(c_) != CONNECTION_OK) {
     return Unreachable("cannot reconnect: " + Trim(PQerrorMessage(c_)));
   }
@@ -147,20 +148,17 @@ Error Conn::Fail(pg_result* r, const char* sql) const {
   return MakeError(code, "PostgreSQL: %.*s: %s", static_cast<int>(first.size()), first.data(), msg.c_str());
 }
 
-Result<Rows> Conn::Exec(const char* sql, std::initializer_list<Param> params) {
-  const int n = static_cast<int>(params.size());
-  std::vector<const char*> values(n);
-  std::vector<int> lengths(n), formats(n);
-  int i = 0;
+Conn::Binds Conn::Bind(std::initializer_list<Param> params) {
+  Binds b;
   for (const Param& p : params) {
-    values[i] = p.null_ ? nullptr : p.text_.data();
-    lengths[i] = static_cast<int>(p.text_.size());
-    formats[i] = p.binary_ ? 1 : 0;
-    ++i;
+    b.values.push_back(p.null_ ? nullptr : p.text_.data());
+    b.lengths.push_back(static_cast<int>(p.text_.size()));
+    b.formats.push_back(p.binary_ ? 1 : 0);
   }
-  // Unnamed statements: parsed at each call (~tens of µs for these small ones, next to a
-  // round trip); named prepared statements would have to be re-prepared after every reconnect.
-  pg_result* r = PQexecParams(c_, sql, n, nullptr, values.data(), lengths.data(), formats.data(), 0);
+  return b;
+}
+
+Result<Rows> Conn::Take(pg_result* r, const char* sql) const {
   const ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
     Error e = Fail(r, sql);
@@ -170,10 +168,57 @@ Result<Rows> Conn::Exec(const char* sql, std::initializer_list<Param> params) {
   return Rows(r);
 }
 
+Result<Rows> Conn::Exec(const char* sql, std::initializer_list<Param> params) {
+  const Binds b = Bind(params);
+  const int n = b.n();
+  // Unnamed: parsed and planned at each call. The statements every turn runs are prepared (Stmt).
+  return Take(PQexecParams(c_, sql, n, nullptr, b.values.data(), b.lengths.data(), b.formats.data(), 0), sql);
+}
+
+Result<Rows> Conn::Exec(const Stmt& s, std::initializer_list<Param> params) {
+  const Binds b = Bind(params);
+  const int n = b.n();
+  for (int attempt = 0;; ++attempt) {
+    auto it = prepared_.find(s.name);
+    if (it == prepared_.end()) {
+      // Parameter types as PQexecParams infers them. A prepared statement is not transactional:
+      // one prepared in a transaction that rolls back stays.
+      pg_result* p = PQprepare(c_, s.name, s.sql, n, nullptr);
+      auto done = Take(p, s.sql);
+      if (!done) return done.error();
+      prepared_.emplace(s.name, s.sql);
+    } else {
+      MNEMO_CHECK(it->second == s.sql || std::strcmp(it->second, s.sql) == 0);  // one text per name
+    }
+    pg_result* r = PQexecPrepared(c_, s.name, n, b.values.data(), b.lengths.data(), b.formats.data(), 0);
+    // 26000: the server session no longer holds it (DISCARD ALL by a pooler in between): once more.
+    const char* state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    if (attempt == 0 && state && std::strcmp(state, "26000") == 0) {
+      PQclear(r);
+      prepared_.erase(s.name);
+      continue;
+    }
+    return Take(r, s.sql);
+  }
+}
+
 Status Conn::Run(const char* sql, std::initializer_list<Param> params) {
   auto r = Exec(sql, params);
   if (!r) return r.error();
   return {};
+}
+
+Status Conn::Run(const Stmt& s, std::initializer_list<Param> params) {
+  auto r = Exec(s, params);
+  if (!r) return r.error();
+  return {};
+}
+
+Result<std::optional<int64_t>> Conn::QueryInt(const Stmt& s, std::initializer_list<Param> params) {
+  auto r = Exec(s, params);
+  if (!r) return r.error();
+  if (r->size() == 0 || r->IsNull(0, 0)) return std::optional<int64_t>();
+  return std::optional<int64_t>(r->Int(0, 0));
 }
 
 Status Conn::Script(const char* sql) {

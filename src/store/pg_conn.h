@@ -1,6 +1,7 @@
 // A thin layer over libpq: one connection with parameterised statements (PQexecParams, text
-// parameters and results; bytea parameters binary), transactions that roll back unless committed,
-// and a small bounded pool that reconnects a dropped connection. Internal to the store.
+// parameters and results; bytea parameters binary), the hot ones prepared once per connection
+// (Stmt), transactions that roll back unless committed, and a small bounded pool that reconnects a
+// dropped connection. Internal to the store.
 //
 // Errors carry StatusCodes the store's callers act on: a lost or refused connection is
 // kUnavailable (the HTTP server answers 503 in OpenAI's error shape), a unique violation
@@ -17,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -72,6 +74,16 @@ class Rows {
   pg_result* r_;
 };
 
+// A statement prepared once per connection (PQprepare) and then run by name (PQexecPrepared), for
+// the statements every turn runs: parsing and planning are paid once per connection, not at each
+// call (issue 14: CommitTurn's row lock with the prefix-mark lookup planned in 0.1-0.2 ms;
+// docs/benchmarks.md §11b). `name` is PostgreSQL's name for it (pg_prepared_statements) and must
+// belong to one statement text in the whole store; both are string literals.
+struct Stmt {
+  const char* name;
+  const char* sql;
+};
+
 class Conn {
  public:
   // Connects to url (a libpq connection URI) and runs setup (session settings) on it. Errors:
@@ -88,6 +100,12 @@ class Conn {
   Status Script(const char* sql);
   // The first column of the first row as an integer; nullopt when there is no row or it is NULL.
   Result<std::optional<int64_t>> QueryInt(const char* sql, std::initializer_list<Param> params = {});
+  // The same for a prepared statement: prepared on this connection at its first use (one round
+  // trip more, once), then one round trip per call. After a reconnect (a new server session,
+  // which holds none) it is prepared again.
+  Result<Rows> Exec(const Stmt& s, std::initializer_list<Param> params = {});
+  Status Run(const Stmt& s, std::initializer_list<Param> params = {});
+  Result<std::optional<int64_t>> QueryInt(const Stmt& s, std::initializer_list<Param> params = {});
 
   bool broken() const;  // the connection is lost (libpq says CONNECTION_BAD)
   // LISTEN/NOTIFY (pg_listen.h): the connection's socket, to poll for input, and the
@@ -107,9 +125,17 @@ class Conn {
  private:
   Conn(pg_conn* c, std::string setup) : c_(c), setup_(std::move(setup)) {}
   Error Fail(pg_result* r, const char* sql) const;
+  Result<Rows> Take(pg_result* r, const char* sql) const;  // Rows, or the Error (r cleared)
+  struct Binds {  // libpq's parameter arrays, pointing into the Params
+    std::vector<const char*> values;
+    std::vector<int> lengths, formats;
+    int n() const { return static_cast<int>(values.size()); }
+  };
+  static Binds Bind(std::initializer_list<Param> params);
   pg_conn* c_;
   std::string setup_;
   bool commit_sent_ = false;
+  std::unordered_map<std::string, const char*> prepared_;  // Stmt name -> its sql, on this server session
 };
 
 // BEGIN (with options, e.g. "ISOLATION LEVEL REPEATABLE READ READ ONLY") ... COMMIT; rolls back in

@@ -10,6 +10,7 @@
 namespace mnemo {
 
 using pg::Conn;
+using pg::Stmt;
 using pg::Rows;
 using pg::Tx;
 
@@ -46,7 +47,7 @@ StoredItem ItemFromRow(const Rows& r, int row) {
 }
 
 Result<int64_t> SessionLength(Conn& c, int64_t id) {
-  auto v = c.QueryInt("SELECT n_tokens FROM sessions WHERE id=$1", {id});
+  auto v = c.QueryInt(Stmt{"session_n_tokens", "SELECT n_tokens FROM sessions WHERE id=$1"}, {id});
   if (!v) return v.error();
   if (!v->has_value()) return MakeError("unknown session %lld", static_cast<long long>(id));
   return **v;
@@ -58,7 +59,7 @@ Result<int64_t> SessionLength(Conn& c, int64_t id) {
 Status PgStore::PutResponseTx(Conn& c, const StoredResponse& r) {
   if (r.id.empty()) return MakeError("a response needs an id");
   // Checked here, not left to constraints, for messages that name what is wrong.
-  auto exists = c.QueryInt("SELECT 1 FROM responses WHERE id=$1", {r.id});
+  auto exists = c.QueryInt(Stmt{"response_exists", "SELECT 1 FROM responses WHERE id=$1"}, {r.id});
   if (!exists) return exists.error();
   if (exists->has_value()) return MakeError("response '%s' exists", r.id.c_str());
   if (r.session_id) {
@@ -71,14 +72,16 @@ Status PgStore::PutResponseTx(Conn& c, const StoredResponse& r) {
     }
   }
   if (r.conversation_id) {
-    auto conv = c.QueryInt("SELECT 1 FROM conversations WHERE id=$1", {*r.conversation_id});
+    auto conv = c.QueryInt(Stmt{"conversation_exists", "SELECT 1 FROM conversations WHERE id=$1"},
+                           {*r.conversation_id});
     if (!conv) return conv.error();
     if (!conv->has_value()) return MakeError("unknown conversation '%s'", r.conversation_id->c_str());
   }
   return c.Run(
-      "INSERT INTO responses(id, owner, session_id, end_token, created_at, model, status, "
-      "previous_response_id, conversation_id, request_json, input_items_json, output_json, usage_json) "
-      "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+      Stmt{"insert_response",
+           "INSERT INTO responses(id, owner, session_id, end_token, created_at, model, status, "
+           "previous_response_id, conversation_id, request_json, input_items_json, output_json, usage_json) "
+           "VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"},
       {r.id, r.owner, r.session_id, r.end_token, r.created_at == 0 ? UnixNow() : r.created_at, r.model, r.status,
        r.previous_response_id, r.conversation_id, r.request_json, r.input_items_json, r.output_json, r.usage_json});
 }
@@ -91,9 +94,10 @@ Result<std::optional<StoredResponse>> PgStore::GetResponse(const std::string& id
   std::optional<StoredResponse> out;
   Status st = pool_->With([&](Conn& c) -> Status {
     auto r = c.Exec(
-        "SELECT id, owner, session_id, end_token, created_at, model, status, previous_response_id, "
-        "conversation_id, request_json, input_items_json, output_json, usage_json FROM responses "
-        "WHERE id=$1 AND owner=$2",
+        Stmt{"get_response",
+             "SELECT id, owner, session_id, end_token, created_at, model, status, previous_response_id, "
+             "conversation_id, request_json, input_items_json, output_json, usage_json FROM responses "
+             "WHERE id=$1 AND owner=$2"},
         {id, owner});
     if (!r) return r.error();
     if (r->size() > 0) out = ResponseFromRow(*r);
@@ -189,10 +193,13 @@ Result<std::optional<ItemPage>> PgStore::ListInputItems(const std::string& id, c
 Result<std::vector<std::string>> PgStore::AddItemsTx(Conn& c, const std::string& conversation_id,
                                                      std::span<const NewItem> items, double now) {
   // The row lock orders concurrent appends to one conversation (positions are max + 1).
-  auto exists = c.QueryInt("SELECT 1 FROM conversations WHERE id=$1 FOR UPDATE", {conversation_id});
+  auto exists = c.QueryInt(Stmt{"lock_conversation", "SELECT 1 FROM conversations WHERE id=$1 FOR UPDATE"},
+                           {conversation_id});
   if (!exists) return exists.error();
   if (!exists->has_value()) return MakeError("unknown conversation '%s'", conversation_id.c_str());
-  auto next = c.QueryInt("SELECT coalesce(max(position), -1) + 1 FROM conversation_items WHERE conversation_id=$1",
+  auto next = c.QueryInt(Stmt{"next_item_position",
+                              "SELECT coalesce(max(position), -1) + 1 FROM conversation_items "
+                              "WHERE conversation_id=$1"},
                          {conversation_id});
   if (!next) return next.error();
   int64_t position = next->value_or(0);
@@ -200,15 +207,16 @@ Result<std::vector<std::string>> PgStore::AddItemsTx(Conn& c, const std::string&
   for (const NewItem& item : items) {
     auto id = store_internal::ItemIdFor(item);
     if (!id) return id.error();
-    auto taken = c.QueryInt("SELECT 1 FROM conversation_items WHERE conversation_id=$1 AND id=$2",
+    auto taken = c.QueryInt(Stmt{"item_exists", "SELECT 1 FROM conversation_items WHERE conversation_id=$1 AND id=$2"},
                             {conversation_id, *id});
     if (!taken) return taken.error();
     if (taken->has_value()) {
       return MakeError(StatusCode::kAlreadyExists, "conversation item '%s' exists", id->c_str());
     }
     MNEMO_TRY(c.Run(
-        "INSERT INTO conversation_items(id, conversation_id, position, item_json, created_at) "
-        "VALUES($1, $2, $3, $4, $5)",
+        Stmt{"insert_item",
+             "INSERT INTO conversation_items(id, conversation_id, position, item_json, created_at) "
+             "VALUES($1, $2, $3, $4, $5)"},
         {*id, conversation_id, position++, item.item_json, now}));
     ids.push_back(std::move(*id));
   }

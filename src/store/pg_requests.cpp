@@ -5,16 +5,19 @@
 namespace mnemo {
 
 using pg::Conn;
+using pg::Stmt;
 
 Status PgStore::PutRequestTx(Conn& c, const StoredRequest& r, double now) {
   if (r.request_id.empty()) return MakeError("a request record needs a request id");
-  MNEMO_TRY(c.Run("DELETE FROM request_records WHERE owner=$1 AND request_id=$2 AND expires_at<=$3",
+  MNEMO_TRY(c.Run(Stmt{"expire_request",
+                       "DELETE FROM request_records WHERE owner=$1 AND request_id=$2 AND expires_at<=$3"},
                   {r.owner, r.request_id, now}));
   // A concurrent transaction inserting the same key (another replica committing the same request)
   // makes this wait for its end: it committed, nothing is inserted here; it rolled back, this is.
   auto ins = c.Exec(
-      "INSERT INTO request_records(owner, request_id, body_hash, status, body, created_at, expires_at) "
-      "VALUES($1, $2, $3, $4, $5, $6, $7) ON CONFLICT(owner, request_id) DO NOTHING",
+      Stmt{"insert_request",
+           "INSERT INTO request_records(owner, request_id, body_hash, status, body, created_at, expires_at) "
+           "VALUES($1, $2, $3, $4, $5, $6, $7) ON CONFLICT(owner, request_id) DO NOTHING"},
       {r.owner, r.request_id, r.body_hash, r.status, r.body, r.created_at == 0 ? now : r.created_at, r.expires_at});
   if (!ins) return ins.error();
   if (ins->affected() == 0) {
@@ -27,8 +30,9 @@ Result<std::optional<StoredRequest>> PgStore::GetRequest(const std::string& owne
   std::optional<StoredRequest> out;
   Status st = pool_->With([&](Conn& c) -> Status {
     auto rows = c.Exec(
-        "SELECT body_hash, status, body, created_at, expires_at FROM request_records "
-        "WHERE owner=$1 AND request_id=$2 AND expires_at>$3",
+        Stmt{"get_request",
+             "SELECT body_hash, status, body, created_at, expires_at FROM request_records "
+             "WHERE owner=$1 AND request_id=$2 AND expires_at>$3"},
         {owner, request_id, UnixNow()});
     if (!rows) return rows.error();
     out.reset();

@@ -15,6 +15,7 @@ namespace mnemo {
 using pg::Conn;
 using pg::Param;
 using pg::Rows;
+using pg::Stmt;
 using pg::Tx;
 using store_internal::DecodeTokens;
 using store_internal::EncodeTokens;
@@ -137,14 +138,14 @@ std::string BigintArray(std::span<const uint64_t> v) {
 // A session's row, locked, with what marking its log needs (the prefix index, store.h): owner,
 // n_tokens, the last mark's n_tokens and hash, and the tokens from that mark up to position $2.
 // $3 false: the row alone (the mark columns NULL), when the turn completes no chunk.
-constexpr const char* kLockForMarks =
+constexpr pg::Stmt kLockForMarks{"lock_for_marks",
     "SELECT s.owner, s.n_tokens, m.n_tokens, m.hash, CASE WHEN $3::boolean THEN "
     "  (SELECT string_agg(substring(t.tokens from (greatest(coalesce(m.n_tokens, 0) - t.turn_begin, 0) * 4 + 1)::int),"
     "     ''::bytea ORDER BY t.turn_begin) FROM turns t "
     "   WHERE t.session_id=$1 AND t.turn_end>coalesce(m.n_tokens, 0) AND t.turn_begin<$2::bigint) END "
     "FROM sessions s LEFT JOIN LATERAL (SELECT n_tokens, hash FROM session_prefixes "
     "  WHERE session_id=s.id AND $3::boolean ORDER BY n_tokens DESC LIMIT 1) m ON true "
-    "WHERE s.id=$1 FOR UPDATE OF s";
+    "WHERE s.id=$1 FOR UPDATE OF s"};
 
 // Adds the marks of a log of n tokens past its last mark, from a kLockForMarks row. `last`: the
 // log's final tokens when the caller has them (a turn appended at position `at`; at < 0: none
@@ -169,8 +170,9 @@ Status AddMarks(Conn& c, int64_t id, const Rows& head, int64_t n, int64_t at, st
   if (at >= 0) tail.insert(tail.end(), last.begin() + std::max<int64_t>(m - at, 0), last.end());
   const std::vector<uint64_t> marks = PrefixHashes(seed, tail);
   return c.Run(
-      "INSERT INTO session_prefixes(session_id, n_tokens, hash) "
-      "SELECT $1, $2::bigint + k * 32, h FROM unnest($3::bigint[]) WITH ORDINALITY AS u(h, k)",
+      Stmt{"add_marks",
+           "INSERT INTO session_prefixes(session_id, n_tokens, hash) "
+           "SELECT $1, $2::bigint + k * 32, h FROM unnest($3::bigint[]) WITH ORDINALITY AS u(h, k)"},
       {id, m, BigintArray(marks)});
 }
 
@@ -298,7 +300,8 @@ Result<int64_t> PgStore::NewSessionId() {
   std::lock_guard lock(ids_mu_);
   if (ids_.empty()) {
     Status st = pool_->With([&](Conn& c) -> Status {
-      auto r = c.Exec("SELECT nextval('mnemo_session_ids') FROM generate_series(1, $1::int)", {kIdBlock});
+      auto r = c.Exec(Stmt{"new_session_ids", "SELECT nextval('mnemo_session_ids') FROM generate_series(1, $1::int)"},
+                      {kIdBlock});
       if (!r) return r.error();
       for (int i = 0; i < r->size(); ++i) ids_.push_back(r->Int(i, 0));
       return {};
@@ -313,7 +316,7 @@ Result<int64_t> PgStore::NewSessionId() {
 // ---- write bodies (inside the caller's transaction) ----
 
 Result<int64_t> PgStore::LockSession(Conn& c, int64_t id) {
-  auto v = c.QueryInt("SELECT n_tokens FROM sessions WHERE id=$1 FOR UPDATE", {id});
+  auto v = c.QueryInt(Stmt{"lock_session", "SELECT n_tokens FROM sessions WHERE id=$1 FOR UPDATE"}, {id});
   if (!v) return v.error();
   if (!v->has_value()) return MakeError("unknown session %lld", LL(id));
   return **v;
@@ -321,22 +324,25 @@ Result<int64_t> PgStore::LockSession(Conn& c, int64_t id) {
 
 Status PgStore::CreateSessionTx(Conn& c, int64_t id, const std::string& owner, double now) {
   if (id <= 0) return MakeError("session ids must be positive, not %lld", LL(id));
-  auto exists = c.QueryInt("SELECT 1 FROM sessions WHERE id=$1", {id});
+  auto exists = c.QueryInt(Stmt{"session_exists", "SELECT 1 FROM sessions WHERE id=$1"}, {id});
   if (!exists) return exists.error();
   if (exists->has_value()) return MakeError("session %lld exists", LL(id));
-  MNEMO_TRY(c.Run("INSERT INTO sessions(id, owner, created_at, updated_at, n_tokens) VALUES($1, $2, $3, $3, 0)",
+  MNEMO_TRY(c.Run(Stmt{"insert_session",
+                       "INSERT INTO sessions(id, owner, created_at, updated_at, n_tokens) VALUES($1, $2, $3, $3, 0)"},
                   {id, owner, now}));
   // The high-water mark MaxSessionId reports, transactional as in SQLite (the sequence is not:
   // nextval and setval survive a rollback).
   MNEMO_TRY(c.Run(
-      "INSERT INTO mnemo_meta(key, value) VALUES('max_session_id', $1) "
-      "ON CONFLICT(key) DO UPDATE SET value=greatest(mnemo_meta.value, excluded.value)",
+      Stmt{"max_session_id",
+           "INSERT INTO mnemo_meta(key, value) VALUES('max_session_id', $1) "
+           "ON CONFLICT(key) DO UPDATE SET value=greatest(mnemo_meta.value, excluded.value)"},
       {id}));
   // An id chosen by the caller (not drawn from the sequence) moves the sequence past it, so
   // NewSessionId never hands it out again.
   return c.Run(
-      "SELECT setval('mnemo_session_ids', $1::bigint) FROM mnemo_session_ids "
-      "WHERE $1::bigint > last_value OR NOT is_called",
+      Stmt{"session_id_past",
+           "SELECT setval('mnemo_session_ids', $1::bigint) FROM mnemo_session_ids "
+           "WHERE $1::bigint > last_value OR NOT is_called"},
       {id});
 }
 
@@ -362,10 +368,12 @@ Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_
   }
   std::vector<uint8_t> blob = EncodeTokens(tokens);  // [4 * n_tokens] bytes
   MNEMO_TRY(c.Run(
-      "INSERT INTO turns(session_id, turn_begin, prompt_end, turn_end, complete, tokens) "
-      "VALUES($1, $2, $3, $4, $5, $6)",
+      Stmt{"insert_turn",
+           "INSERT INTO turns(session_id, turn_begin, prompt_end, turn_end, complete, tokens) "
+           "VALUES($1, $2, $3, $4, $5, $6)"},
       {id, begin, prompt_end, end, complete ? "true" : "false", Param::Bytes(blob)}));
-  MNEMO_TRY(c.Run("UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1", {id, end, now}));
+  MNEMO_TRY(c.Run(Stmt{"session_length", "UPDATE sessions SET n_tokens=$2, updated_at=$3 WHERE id=$1"},
+                  {id, end, now}));
   return marks ? AddMarks(c, id, *head, end, begin, tokens) : Status::Ok();
 }
 
@@ -475,7 +483,7 @@ Result<StoredSession> PgStore::LoadSession(int64_t id) {
 Result<std::optional<SessionVersion>> PgStore::GetSessionVersion(int64_t id) {
   std::optional<SessionVersion> v;
   Status st = pool_->With([&](Conn& c) -> Status {
-    auto r = c.Exec("SELECT n_tokens, cuts FROM sessions WHERE id=$1", {id});
+    auto r = c.Exec(Stmt{"session_version", "SELECT n_tokens, cuts FROM sessions WHERE id=$1"}, {id});
     if (!r) return r.error();
     if (r->size() > 0) v = SessionVersion{r->Int(0, 0), r->Int(0, 1)};
     return {};
@@ -638,11 +646,12 @@ Result<std::optional<PrefixMatch>> PgStore::FindPrefix(const std::string& owner,
     // were fresh. The owner is checked on the one session found instead (seeds differ per owner,
     // so another owner's session is found only by a 64-bit collision, and is then refused).
     auto r = c.Exec(
-        "SELECT p.session_id, q.k * 32, (SELECT n_tokens FROM sessions WHERE id=p.session_id AND owner=$1) "
-        "FROM (SELECT h, k FROM unnest($2::bigint[]) WITH ORDINALITY AS u(h, k) ORDER BY k DESC) q "
-        "CROSS JOIN LATERAL (SELECT session_id FROM session_prefixes WHERE hash=q.h "
-        "  ORDER BY session_id DESC LIMIT 1) p "
-        "ORDER BY q.k DESC LIMIT 1",
+        Stmt{"find_prefix",
+             "SELECT p.session_id, q.k * 32, (SELECT n_tokens FROM sessions WHERE id=p.session_id AND owner=$1) "
+             "FROM (SELECT h, k FROM unnest($2::bigint[]) WITH ORDINALITY AS u(h, k) ORDER BY k DESC) q "
+             "CROSS JOIN LATERAL (SELECT session_id FROM session_prefixes WHERE hash=q.h "
+             "  ORDER BY session_id DESC LIMIT 1) p "
+             "ORDER BY q.k DESC LIMIT 1"},
         {owner, BigintArray(hashes)});
     if (!r) return r.error();
     if (r->size() > 0 && !r->IsNull(0, 2)) found = PrefixMatch{r->Int(0, 0), r->Int(0, 1), r->Int(0, 2)};
@@ -671,7 +680,7 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
     }
     if (t.expected_cuts) {
       MNEMO_TRY(LockSession(c, t.session_id));
-      auto cuts = c.QueryInt("SELECT cuts FROM sessions WHERE id=$1", {t.session_id});
+      auto cuts = c.QueryInt(Stmt{"session_cuts", "SELECT cuts FROM sessions WHERE id=$1"}, {t.session_id});
       if (!cuts) return cuts.error();
       if (cuts->value_or(-1) != *t.expected_cuts) {
         return MakeError(StatusCode::kAborted, "session %lld was cut %lld times, not the %lld this writer expected",
@@ -694,7 +703,8 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
       if (!added) return added.error();
       ids = std::move(*added);
       if (t.conversation->set_session) {
-        MNEMO_TRY(c.Run("UPDATE conversations SET session_id=$2, end_token=$3 WHERE id=$1",
+        MNEMO_TRY(c.Run(Stmt{"conversation_session",
+                             "UPDATE conversations SET session_id=$2, end_token=$3 WHERE id=$1"},
                         {t.conversation->conversation_id, t.session_id, end}));
       }
     }

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "store/pg_conn.h"
 #include "store/store.h"
 #include "test_util.h"
 
@@ -169,6 +170,37 @@ TEST_F(PgStoreTest, DroppedConnectionsReconnect) {
   EXPECT_TRUE(r->has_value());
   ASSERT_TRUE(server_->TerminateConnections(DbName()));
   EXPECT_TRUE(a->AppendTurn(1, 0, 1, std::vector<int32_t>{1, 2}, true).ok());
+}
+
+// The statements every turn runs are prepared once per connection (pg::Stmt): the server holds
+// one by its name; one the server dropped (DISCARD ALL, as a connection pooler may send) is
+// prepared again, and so is every one after a reconnect (a new server session holds none).
+TEST_F(PgStoreTest, PreparedStatementsArePreparedAgainWhenTheServerForgotThem) {
+  auto c = pg::Conn::Open(url_, 5, "");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  pg::Conn& conn = **c;
+  const pg::Stmt plus_one{"test_plus_one", "SELECT $1::int + 1"};
+  auto held = [&] {
+    auto n = conn.QueryInt("SELECT count(*) FROM pg_prepared_statements WHERE name='test_plus_one'");
+    return n.ok() ? n->value_or(-1) : -1;
+  };
+  auto run = [&](int v) {
+    auto r = conn.QueryInt(plus_one, {v});
+    return r.ok() && r->has_value() ? **r : -1;
+  };
+  for (int i = 0; i < 3; i++) EXPECT_EQ(run(i), i + 1);
+  EXPECT_EQ(held(), 1);
+  ASSERT_TRUE(conn.Script("DISCARD ALL").ok());
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(run(41), 42);
+  EXPECT_EQ(held(), 1);
+  ASSERT_TRUE(server_->TerminateConnections(DbName()));
+  EXPECT_EQ(run(1), -1);  // the connection is gone
+  ASSERT_TRUE(conn.broken());
+  ASSERT_TRUE(conn.Reconnect().ok());
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(run(1), 2);
+  EXPECT_EQ(held(), 1);
 }
 
 // No server: an Error with kUnavailable, not a crash or a hang past the connect timeout.
