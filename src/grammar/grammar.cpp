@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <unordered_map>
 
 #include "tokenizer/unicode.h"
@@ -137,8 +138,10 @@ class Builder {
       MNEMO_TRY(AddAlt(r, {x, {Element::kRule, r}}));
       MNEMO_TRY(AddAlt(r, {}));
       seq.push_back({Element::kRule, r});
+      chains_.push_back({x, {r}, true});
     } else if (max > min) {  // R_1 ::= x | "";  R_k ::= x R_{k-1} | ""
       int32_t prev = -1;
+      Chain chain{x, {-1}, false};
       for (int64_t k = 1; k <= max - min; ++k) {
         const int32_t r = NewRule("opt");
         Grammar::Seq alt{x};
@@ -146,8 +149,10 @@ class Builder {
         MNEMO_TRY(AddAlt(r, std::move(alt)));
         MNEMO_TRY(AddAlt(r, {}));
         prev = r;
+        chain.rules.push_back(r);
       }
       seq.push_back({Element::kRule, prev});
+      chains_.push_back(std::move(chain));
     }
     if (seq.size() == 1) return seq[0];
     const int32_t r = NewRule("rep");
@@ -230,6 +235,37 @@ class Builder {
       const int64_t cost = e.kind == Element::kBytes ? 1 : min_len[e.arg];
       g_.min_from_[p] = static_cast<int32_t>(std::min<int64_t>(cost + g_.min_from_[p + 1], Grammar::kFar));
     }
+    // Chains whose x always consumes a byte: within j bytes, R_j and any longer R behave alike,
+    // which is what lets the matcher share one mask computation across the levels.
+    g_.chain_pos_.assign(g_.elems_.size(), Grammar::ChainPos{});
+    std::map<std::pair<int, int32_t>, int32_t> longest;  // x -> its longest finite chain
+    for (const Chain& c : chains_) {
+      if ((c.x.kind == Element::kBytes ? 1 : min_len[c.x.arg]) < 1) continue;
+      const int32_t id = static_cast<int32_t>(g_.chain_len_.size());
+      g_.chain_canon_.push_back(id);
+      if (!c.star) {
+        auto [it, fresh] = longest.try_emplace({c.x.kind, c.x.arg}, id);
+        if (!fresh && static_cast<int32_t>(c.rules.size()) - 1 > g_.chain_len_[it->second]) it->second = id;
+      }
+      g_.chain_len_.push_back(c.star ? Grammar::kUnbounded : static_cast<int32_t>(c.rules.size()) - 1);
+      g_.chain_starts_.emplace_back();
+      for (size_t level = c.star ? 0 : 1; level < c.rules.size(); ++level) {
+        const int32_t start = g_.alts_[c.rules[level]][0];
+        if (!c.star) {
+          g_.chain_starts_.back().resize(level + 1, -1);
+          g_.chain_starts_.back()[level] = start;
+        }
+        const int32_t lv = c.star ? Grammar::kUnbounded : static_cast<int32_t>(level);
+        g_.chain_pos_[start] = {id, lv, 0};
+        if (g_.elems_[start + 1].kind == Element::kRule) g_.chain_pos_[start + 1] = {id, lv, 1};
+      }
+    }
+    for (size_t c = 0, id = 0; c < chains_.size(); ++c) {
+      const Chain& ch = chains_[c];
+      if ((ch.x.kind == Element::kBytes ? 1 : min_len[ch.x.arg]) < 1) continue;
+      if (!ch.star) g_.chain_canon_[id] = longest.at({ch.x.kind, ch.x.arg});
+      ++id;
+    }
     return std::move(g_);
   }
 
@@ -239,6 +275,12 @@ class Builder {
   std::vector<std::vector<Grammar::Seq>> rules_;
   std::vector<bool> defined_;
   std::vector<int> first_use_line_;
+  struct Chain {
+    Grammar::Item x;
+    std::vector<int32_t> rules;  // x*: {R}; x{m,n}: {-1, R_1, ..., R_(n-m)}
+    bool star;
+  };
+  std::vector<Chain> chains_;
   int64_t n_items_ = 0;
   int line_ = 1;
 };

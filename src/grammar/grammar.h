@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +71,25 @@ class Grammar {
   int32_t min_bytes_from(int32_t pos) const { return min_from_[pos]; }
   static constexpr int32_t kFar = 1 << 28;
 
+  // Repetitions, for the matcher's per-element masks (automaton.h). x{m,n} compiles to x^m R_(n-m)
+  // with R_k ::= x R_(k-1) | "" (R_1 ::= x | ""), x* to R ::= x R | "": a chain of rules whose
+  // first alternatives differ only in how many more x they allow. Positions in those first
+  // alternatives (offset 0: the x, offset 1: the reference to the next rule) are chain positions;
+  // only chains whose x cannot match the empty string are recorded.
+  struct ChainPos {
+    int32_t chain = -1;  // -1: not a chain position
+    int32_t level = 0;   // R_level: the x here is one of at most `level` more (kUnbounded for x*)
+    int32_t offset = 0;
+  };
+  static constexpr int32_t kUnbounded = INT32_MAX;
+  const ChainPos& chain_pos(int32_t pos) const { return chain_pos_[pos]; }
+  int32_t chain_length(int32_t chain) const { return chain_len_[chain]; }  // n; kUnbounded for x*
+  // The longest finite chain over the same x (x{0,24} and x{0,40} of json-char share one): within
+  // j bytes any chain of j or more levels behaves alike, so they share their masks too.
+  int32_t chain_canon(int32_t chain) const { return chain_canon_[chain]; }
+  // The position at `offset` in R_level's first alternative (chains of finite length).
+  int32_t chain_at(int32_t chain, int32_t level, int32_t offset) const { return chain_starts_[chain][level] + offset; }
+
   // Builder interface (used by the parser): a rule is declared by name, then its alternatives
   // are added as sequences of items.
   struct Item {
@@ -85,6 +105,10 @@ class Grammar {
   std::vector<Element> elems_;                 // all alternatives, each ended by kEnd
   std::vector<ByteSet> sets_;                  // terminals
   std::vector<int32_t> min_from_;              // [elems_.size()]
+  std::vector<ChainPos> chain_pos_;            // [elems_.size()]
+  std::vector<int32_t> chain_len_;             // [chains]
+  std::vector<int32_t> chain_canon_;           // [chains]
+  std::vector<std::vector<int32_t>> chain_starts_;  // [chains][level]: first alternative's start (finite chains)
   int32_t root_ = -1;
 };
 
