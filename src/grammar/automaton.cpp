@@ -108,19 +108,32 @@ Automaton::StateId Automaton::ComputeTransition(StateId s, uint8_t b) {
 // membership once per state: a byte no top holds is dead at once, and a transition computed for
 // one byte is written for its whole class. Inside a string, one computation then serves ~250
 // bytes, and a trie walk from a new state interns one next state per class, not per byte.
+// Tables live in fixed blocks that never move: a growing vector copied every table on each
+// doubling, and its fresh pages were most of a new state's cost.
 void Automaton::NewTable(StateId s) {
-  const size_t off = trans_.size();
-  states_[s].trans = static_cast<int32_t>(off);
-  trans_.resize(off + 256, kUnknown);
-  byte_class_.resize(off + 256);
+  const int32_t t = n_tables_++;
+  if ((t & (kTablesPerBlock - 1)) == 0) {
+    trans_blocks_.emplace_back(new int32_t[kTablesPerBlock * 256]);
+    class_blocks_.emplace_back(new uint16_t[kTablesPerBlock * 256]);
+  }
+  states_[s].trans = t;
+  int32_t* trans = Table(t);
+  uint16_t* classes = Classes(t);
   int16_t cls[256] = {};  // 0: held by no top so far
   int16_t n_cls = 1;
   int16_t split[512];     // old class -> the class its held bytes move to (labels stay < 512)
+  // Classes depend only on the distinct byte sets of the tops (a number's state has many
+  // alternatives over one digit set).
+  int32_t sets[64];
+  int n_sets = 0;
   const State st = states_[s];
   for (int32_t i = 0; i < st.count; ++i) {
     const int32_t id = state_stacks_[st.first + i];
     if (id == kEmptyStack) continue;
-    const ByteSet& set = grammar_->bytes(grammar_->elements()[stacks_[id].pos].arg);
+    const int32_t set_id = grammar_->elements()[stacks_[id].pos].arg;
+    if (std::find(sets, sets + n_sets, set_id) != sets + n_sets) continue;
+    if (n_sets < 64) sets[n_sets++] = set_id;
+    const ByteSet& set = grammar_->bytes(set_id);
     std::fill(split, split + n_cls, int16_t{-1});
     for (int b = 0; b < 256; ++b) {
       if (!set.Has(static_cast<uint8_t>(b))) continue;
@@ -140,21 +153,23 @@ void Automaton::NewTable(StateId s) {
     n_cls = n;
   }
   for (int b = 0; b < 256; ++b) {
-    byte_class_[off + b] = static_cast<uint16_t>(cls[b]);
-    if (cls[b] == 0) trans_[off + b] = kDead;
+    classes[b] = static_cast<uint16_t>(cls[b]);
+    trans[b] = cls[b] == 0 ? kDead : kUnknown;
   }
 }
 
 Automaton::StateId Automaton::Transition(StateId s, uint8_t b) {
   if (states_[s].trans < 0) NewTable(s);
-  const size_t off = static_cast<size_t>(states_[s].trans);
-  int32_t t = trans_[off + b];
+  int32_t* trans = Table(states_[s].trans);
+  int32_t t = trans[b];
   if (t == kUnknown) {
     t = ComputeTransition(s, b);
     if (overflow_) return t;  // a refusal caused by a limit is not cached
-    const uint16_t c = byte_class_[off + b];
+    trans = Table(states_[s].trans);
+    const uint16_t* classes = Classes(states_[s].trans);
+    const uint16_t c = classes[b];
     for (int x = 0; x < 256; ++x) {
-      if (byte_class_[off + x] == c && trans_[off + x] == kUnknown) trans_[off + x] = t;
+      if (classes[x] == c && trans[x] == kUnknown) trans[x] = t;
     }
   }
   return t;
@@ -199,16 +214,23 @@ bool Automaton::overflowed() {
   return overflow_;
 }
 
+void Automaton::set_split_masks(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  split_ = on;
+}
+
 Automaton::Stats Automaton::stats() {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s = stats_;
+  s.keys = static_cast<int64_t>(keys_.size());
+  s.key_bytes = static_cast<int64_t>(key_bytes_);
   s.states = static_cast<int64_t>(states_.size());
   s.stacks = static_cast<int64_t>(stacks_.size());
   return s;
 }
 
-void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::vector<std::pair<int32_t, int32_t>>* costly) {
-  const int32_t cost_s = states_[s].cost;
+void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, Collect* costly, const std::vector<Group>* groups,
+                     const std::vector<StateId>* pre_ends) {
   const bool filter = allow != kNoLimit;
   const std::vector<TokenIndex::Node>& nodes = index_->nodes();
   const std::vector<int32_t>& ids = index_->token_ids();
@@ -224,9 +246,22 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
     std::fill(end_mark_.begin(), end_mark_.end(), 0);
     walk_stamp_ = 1;
   }
+  if (info && pre_ends) {
+    if (end_mark_.size() < states_.size()) end_mark_.resize(states_.size(), 0);
+    for (StateId t : *pre_ends) {
+      if (end_mark_[t] == walk_stamp_) continue;
+      end_mark_[t] = walk_stamp_;
+      ends.push_back(t);
+      max_end = std::max(max_end, states_[t].minc);
+    }
+  }
   int64_t visited = 0;
   for (int32_t i = 1; i < n;) {
     const TokenIndex::Node& node = nodes[i];
+    if (groups && !NeedVisit(*groups, i)) {
+      i = node.end;  // every token below is decided by the keys (in words already, or refused)
+      continue;
+    }
     const StateId t = Transition(at[node.depth - 1], node.byte);
     ++visited;
     if (t == kDead) {
@@ -238,8 +273,8 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
       const int32_t c = filter ? states_[t].cost : 0;
       if (!filter || (c >= 0 && c <= allow)) {
         for (int32_t k = node.tok_begin; k < node.tok_end; ++k) words[ids[k] >> 6] |= uint64_t{1} << (ids[k] & 63);
-        if (costly && c > cost_s && costly->size() <= kMaxCostly) {
-          for (int32_t k = node.tok_begin; k < node.tok_end; ++k) costly->push_back({c, ids[k]});
+        if (costly && c > costly->above && costly->out->size() <= costly->limit) {
+          for (int32_t k = node.tok_begin; k < node.tok_end; ++k) costly->out->push_back({c, ids[k]});
         }
       }
       if (info) {
@@ -266,13 +301,16 @@ void Automaton::Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::
   }
   stats_.nodes_visited += visited;
   stats_.masks_computed++;
+  if (groups) stats_.masks_split++;
   if (info && !overflow_) {
     std::sort(ends.begin(), ends.end());
     State& st = states_[s];
     st.walked = true;
-    st.best_known = true;
     st.max_end_minc = max_end;
-    st.best = best;
+    if (!groups) {  // a partial walk does not see every token: GreedyWalk finds the greedy one
+      st.best_known = true;
+      st.best = best;
+    }
     st.ends = static_cast<int32_t>(ends_.size());
     st.n_ends = static_cast<int32_t>(ends.size());
     ends_.insert(ends_.end(), ends.begin(), ends.end());
@@ -320,17 +358,364 @@ void Automaton::GreedyWalk(StateId s) {
   states_[s].best_known = true;
 }
 
+const ByteSet& Automaton::First(int32_t stack) {
+  auto it = first_ids_.find(stack);
+  if (it != first_ids_.end()) return firsts_[it->second];
+  ByteSet f;
+  if (stack != kEmptyStack) {
+    std::vector<int32_t> tops;
+    Expand(stacks_[stack].pos, stacks_[stack].parent, &tops);
+    for (int32_t id : tops) {
+      if (id == kEmptyStack) continue;
+      const ByteSet& b = grammar_->bytes(grammar_->elements()[stacks_[id].pos].arg);
+      for (int i = 0; i < 4; ++i) f.w[i] |= b.w[i];
+    }
+  }
+  first_ids_.emplace(stack, static_cast<int32_t>(firsts_.size()));
+  firsts_.push_back(f);
+  return firsts_.back();
+}
+
+bool Automaton::Split(StateId s, std::vector<Group>* groups) {
+  constexpr int kSearch = 4;     // nodes below the top searched for a repetition
+  constexpr size_t kMaxGroups = 8;
+  groups->clear();
+  std::vector<std::vector<int32_t>> locals;  // per group, its local stacks
+  const Grammar& g = *grammar_;
+  const int32_t max_depth = index_->max_depth();
+  const State st = states_[s];
+  for (int32_t i = 0; i < st.count; ++i) {
+    const int32_t id = state_stacks_[st.first + i];
+    if (id == kEmptyStack) continue;
+    int32_t path[kSearch];
+    int n = 0, found = -1;
+    for (int32_t x = id; x != kEmptyStack && n < kSearch; x = stacks_[x].parent) {
+      path[n++] = x;
+      if (g.chain_pos(stacks_[x].pos).chain >= 0) {
+        found = n - 1;
+        break;
+      }
+    }
+    Group grp{-1, 0, -1, -1, 0, 254};
+    int32_t bottom_pos;
+    int last;  // index in path of the bottom of the local part
+    if (found >= 0) {
+      last = found;
+      const Grammar::ChainPos cp = g.chain_pos(stacks_[path[last]].pos);
+      grp.chain = cp.chain;
+      bottom_pos = stacks_[path[last]].pos;
+      grp.canon = cp.chain;
+      if (cp.level != Grammar::kUnbounded) {
+        grp.canon = g.chain_canon(cp.chain);
+        const int32_t len = g.chain_length(grp.canon);
+        grp.shift = len - cp.level;
+        bottom_pos = g.chain_at(grp.canon, len, cp.offset);
+        // Tokens of at most `level` bytes are decided by the key; 254 stands for all of them.
+        grp.s = cp.level >= max_depth ? 254 : std::min(cp.level, 253);
+      }
+    } else {
+      last = 0;
+      bottom_pos = stacks_[id].pos;
+    }
+    grp.cut = stacks_[path[last]].parent;
+    int32_t local = InternStack(bottom_pos, kEmptyStack);
+    for (int k = last - 1; k >= 0 && local >= 0; --k) local = InternStack(stacks_[path[k]].pos, local);
+    if (local < 0) return false;  // a limit
+    size_t gi = 0;
+    while (gi < groups->size() && !((*groups)[gi].cut == grp.cut && (*groups)[gi].chain == grp.chain && (*groups)[gi].shift == grp.shift)) ++gi;
+    if (gi == groups->size()) {
+      if (gi == kMaxGroups) return false;
+      groups->push_back(grp);
+      locals.emplace_back();
+    }
+    locals[gi].push_back(local);
+  }
+  for (size_t gi = 0; gi < groups->size(); ++gi) {
+    const StateId l = InternState(locals[gi]);
+    if (l == kDead) return false;
+    const ByteSet first = First((*groups)[gi].cut);
+    const int32_t key = KeyFor(l, first);
+    if (key < 0) return false;
+    (*groups)[gi].key = key;
+  }
+  // Keys that could take the same token: its end state would merge both; walk the state whole.
+  for (size_t a = 0; a < groups->size(); ++a)
+    for (size_t b = a + 1; b < groups->size(); ++b) {
+      const uint64_t* x = keys_[(*groups)[a].key].touch.data();
+      const uint64_t* y = keys_[(*groups)[b].key].touch.data();
+      for (size_t i = 0; i < words_; ++i)
+        if (x[i] & y[i]) return false;
+    }
+  return !groups->empty();
+}
+
+int32_t Automaton::KeyFor(StateId local, const ByteSet& first) {
+  auto it = key_ids_.find({local, first});
+  if (it != key_ids_.end()) return keys_[it->second].ok ? it->second : -1;
+  const int32_t id = static_cast<int32_t>(keys_.size());
+  key_ids_.emplace(std::make_pair(local, first), id);
+  keys_.emplace_back();
+  keys_.back().local = local;
+  keys_.back().first = first;
+  if (key_bytes_ + index_->nodes().size() + 2 * words_ * sizeof(uint64_t) > kMaxKeyBytes) return -1;
+  Key k = std::move(keys_.back());
+  BuildKey(&k);
+  if (overflow_) k.ok = false;
+  keys_[id] = std::move(k);
+  return keys_[id].ok ? id : -1;
+}
+
+void Automaton::BuildKey(Key* k) {
+  const std::vector<TokenIndex::Node>& nodes = index_->nodes();
+  const std::vector<int32_t>& ids = index_->token_ids();
+  const int32_t n = static_cast<int32_t>(nodes.size());
+  // need is filled in a scratch array over the whole trie, then kept for the range of nodes it
+  // marks (most keys mark one small subtree: a fresh array per key was mostly page faults).
+  std::vector<uint8_t>& need = need_scratch_;  // all zero between calls
+  need.resize(static_cast<size_t>(n), 0);
+  int32_t lo = n, hi = 0;
+  k->touch.assign(words_, 0);
+  std::vector<std::vector<int32_t>> by_len;         // accepted tokens by capped length
+  // Accepted tokens as (local end state, length, token), sorted once after the walk.
+  struct Tok {
+    StateId end;
+    int32_t len, id;
+    bool operator<(const Tok& o) const { return end != o.end ? end < o.end : len != o.len ? len < o.len : id < o.id; }
+  };
+  std::vector<Tok> toks;
+  std::vector<StateId> at(static_cast<size_t>(index_->max_depth()) + 1);
+  std::vector<int32_t> path(static_cast<size_t>(index_->max_depth()) + 1, 0);
+  at[0] = k->local;
+  int64_t visited = 0;
+  for (int32_t i = 1; i < n;) {
+    const TokenIndex::Node& node = nodes[i];
+    const StateId p = at[node.depth - 1];
+    path[node.depth] = i;
+    ++visited;
+    if (states_[p].accepting && k->first.Has(node.byte)) {
+      // The local part may end before this byte and what lies below go on: uncertain subtree.
+      for (int32_t d = 0; d < node.depth; ++d) need[path[d]] = 255;
+      lo = std::min(lo, path[1]);
+      hi = std::max(hi, node.end - 1);
+      for (int32_t j = i; j < node.end; ++j) {
+        need[j] = 255;
+        for (int32_t t = nodes[j].tok_begin; t < nodes[j].tok_end; ++t) k->touch[ids[t] >> 6] |= uint64_t{1} << (ids[t] & 63);
+      }
+      i = node.end;
+      continue;
+    }
+    const StateId t = Transition(p, node.byte);
+    if (overflow_) {
+      std::fill(need.begin(), need.end(), 0);
+      return;
+    }
+    if (t == kDead) {
+      i = node.end;
+      continue;
+    }
+    at[node.depth] = t;
+    if (node.tok_begin < node.tok_end) {
+      const int32_t len = std::min<int32_t>(node.depth, 254);
+      if (static_cast<int32_t>(by_len.size()) <= len) by_len.resize(len + 1);
+      for (int32_t x = node.tok_begin; x < node.tok_end; ++x) {
+        k->touch[ids[x] >> 6] |= uint64_t{1} << (ids[x] & 63);
+        by_len[len].push_back(ids[x]);
+      }
+      for (int32_t d = 0; d <= node.depth; ++d) {
+        uint8_t& v = need[path[d]];
+        if (v != 255 && v < len) v = static_cast<uint8_t>(len);
+      }
+      lo = std::min(lo, path[1]);
+      hi = std::max(hi, i);
+      for (int32_t x = node.tok_begin; x < node.tok_end; ++x) toks.push_back({t, len, ids[x]});
+    }
+    ++i;
+  }
+  stats_.nodes_visited += visited;
+  // The root's entry is never read (walks start below it).
+  k->need_lo = lo;
+  if (lo <= hi) {
+    k->need.assign(need.begin() + lo, need.begin() + hi + 1);
+    std::fill(need.begin() + lo, need.begin() + hi + 1, 0);
+  }
+  need[0] = 0;
+  k->len_slot.assign(by_len.size(), -1);
+  int16_t rows = 0;
+  for (size_t len = 0; len < by_len.size(); ++len) {
+    if (!by_len[len].empty()) {
+      const size_t off = k->cum.size();
+      if (rows == 0) {
+        k->cum.resize(off + words_, 0);
+      } else {
+        k->cum.resize(off + words_);
+        std::memcpy(k->cum.data() + off, k->cum.data() + off - words_, words_ * sizeof(uint64_t));
+      }
+      for (int32_t id : by_len[len]) k->cum[off + (id >> 6)] |= uint64_t{1} << (id & 63);
+      ++rows;
+    }
+    k->len_slot[len] = static_cast<int16_t>(rows - 1);
+  }
+  std::sort(toks.begin(), toks.end());
+  for (size_t x = 0; x < toks.size(); ++x) {
+    if (x == 0 || toks[x].end != toks[x - 1].end) {
+      k->ends.push_back({toks[x].end, toks[x].len});
+      k->end_tokens.push_back(static_cast<int32_t>(k->tokens.size()));
+    }
+    k->tokens.push_back({toks[x].len, toks[x].id});
+  }
+  k->end_tokens.push_back(static_cast<int32_t>(k->tokens.size()));
+  key_bytes_ += k->need.size() + (k->cum.size() + k->touch.size()) * sizeof(uint64_t) + k->ends.size() * 12 +
+                k->tokens.size() * 8 + k->len_slot.size() * 2;
+  k->ok = true;
+}
+
+bool Automaton::Reroot(StateId local_end, const Group& g, StateId* out) {
+  const Grammar& gr = *grammar_;
+  std::vector<int32_t> stacks, pos;
+  const State st = states_[local_end];
+  for (int32_t i = 0; i < st.count; ++i) {
+    const int32_t id = state_stacks_[st.first + i];
+    if (id == kEmptyStack) {  // the local part ended: what lies below goes on
+      if (g.cut == kEmptyStack) stacks.push_back(kEmptyStack);
+      else Expand(stacks_[g.cut].pos, stacks_[g.cut].parent, &stacks);
+      continue;
+    }
+    pos.clear();
+    for (int32_t x = id; x != kEmptyStack; x = stacks_[x].parent) pos.push_back(stacks_[x].pos);
+    size_t m = pos.size();
+    if (g.shift > 0 || g.chain != g.canon) {
+      // The bottom is a node of the raised repetition: lower it back (into the real chain). A
+      // level below 1 is an x the real repetition does not allow (its "" alternative is in the
+      // state too). Not a node of it: x's own nodes below R_1 (x is in tail position there),
+      // which the real chain has alike at its level 1.
+      const Grammar::ChainPos cp = gr.chain_pos(pos.back());
+      if (cp.chain == g.canon && cp.level != Grammar::kUnbounded) {
+        const int32_t level = cp.level - g.shift;
+        if (level < 1) continue;
+        pos.back() = gr.chain_at(g.chain, level, cp.offset);
+        // R_1 ::= x | "": x is in tail position there, so the automaton pushes no node for it.
+        if (gr.elements()[pos.back()].kind == Element::kEnd) --m;
+      } else if (g.shift > 0) {
+        return false;
+      }
+    }
+    int32_t parent = g.cut;
+    for (size_t k = m; k-- > 0;) {
+      parent = InternStack(pos[k], parent);
+      if (parent < 0) return false;
+    }
+    stacks.push_back(parent);
+  }
+  if (overflow_) return false;
+  const StateId r = InternState(stacks);
+  if (overflow_) return false;
+  *out = r;
+  return true;
+}
+
+int32_t Automaton::GroupEnds(const Group& g) {
+  constexpr StateId kNotYet = -3;
+  auto [it, fresh] = group_end_ids_.try_emplace({g.key, g.cut, g.chain, g.shift}, static_cast<int32_t>(group_ends_.size()));
+  const int32_t gi = it->second;
+  if (fresh) group_ends_.emplace_back(keys_[g.key].ends.size(), kNotYet);
+  const auto& ends = keys_[g.key].ends;
+  for (size_t e = 0; e < ends.size(); ++e) {
+    if (ends[e].second > g.s || group_ends_[gi][e] != kNotYet) continue;
+    StateId r;
+    if (!Reroot(ends[e].first, g, &r)) return -1;
+    group_ends_[gi][e] = r;
+  }
+  return gi;
+}
+
+bool Automaton::CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w, std::vector<std::pair<int32_t, int32_t>>* out) {
+  if (!Split(s, &groups_)) return false;
+  for (const Group& g : groups_) {
+    const int32_t gi = GroupEnds(g);
+    if (gi < 0) return false;
+    const Key& k = keys_[g.key];
+    for (size_t e = 0; e < k.ends.size(); ++e) {
+      if (k.ends[e].second > g.s || group_ends_[gi][e] == kDead) continue;
+      const int32_t c = states_[group_ends_[gi][e]].cost;  // known: one of s's end states (MaxEndCost)
+      if (c < 0) return false;
+      if (c <= above) continue;
+      for (int32_t x = k.end_tokens[e]; x < k.end_tokens[e + 1] && k.tokens[x].first <= g.s; ++x) {
+        if (out->size() > limit) return true;
+        out->push_back({c, k.tokens[x].second});
+      }
+    }
+  }
+  Collect collect{out, above, limit};
+  Walk(s, Grammar::kFar, w, /*info=*/false, &collect, &groups_);
+  return !overflow_;
+}
+
+bool Automaton::FilterSplit(StateId s, int32_t allow, uint64_t* w) {
+  if (!Split(s, &groups_)) return false;
+  std::memset(w, 0, words_ * sizeof(uint64_t));
+  for (const Group& g : groups_) {
+    const int32_t gi = GroupEnds(g);
+    if (gi < 0) return false;
+    const Key& k = keys_[g.key];
+    for (size_t e = 0; e < k.ends.size(); ++e) {
+      if (k.ends[e].second > g.s || group_ends_[gi][e] == kDead) continue;
+      const int32_t c = states_[group_ends_[gi][e]].cost;
+      if (c < 0) return false;
+      if (c > allow) continue;
+      for (int32_t x = k.end_tokens[e]; x < k.end_tokens[e + 1] && k.tokens[x].first <= g.s; ++x) {
+        const int32_t id = k.tokens[x].second;
+        w[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+    }
+  }
+  Walk(s, allow, w, /*info=*/false, nullptr, &groups_);
+  return !overflow_;
+}
+
 void Automaton::BaseMask(StateId s, uint64_t* w) {
   if (states_[s].mask >= 0) {
-    std::memcpy(w, mask_pool_.data() + static_cast<size_t>(states_[s].mask) * words_, words_ * sizeof(uint64_t));
+    std::memcpy(w, CachedMask(states_[s].mask), words_ * sizeof(uint64_t));
     stats_.masks_cached++;
     return;
   }
-  Walk(s, kNoLimit, w, /*info=*/!states_[s].walked);
+  bool whole = true;
+  if (split_ && Split(s, &groups_)) {
+    // The keys' accepted tokens up to each group's level, their end states rebuilt on the cut,
+    // then a walk of the uncertain rest.
+    std::vector<StateId> pre;
+    bool ok = true;
+    for (size_t i = 0; i < groups_.size() && ok && !states_[s].walked; ++i) {
+      const Group& g = groups_[i];
+      const int32_t gi = GroupEnds(g);
+      if (gi < 0) {
+        ok = false;
+        break;
+      }
+      const auto& ends = keys_[g.key].ends;
+      for (size_t e = 0; e < ends.size(); ++e)
+        if (ends[e].second <= g.s && group_ends_[gi][e] != kDead) pre.push_back(group_ends_[gi][e]);
+    }
+    if (overflow_) return;
+    if (ok) {
+      whole = false;
+      for (const Group& g : groups_) {
+        const Key& k = keys_[g.key];
+        const int32_t longest = static_cast<int32_t>(k.len_slot.size()) - 1;
+        const int16_t row = longest < 0 ? -1 : k.len_slot[std::min(g.s, longest)];
+        if (row < 0) continue;
+        const uint64_t* c = k.cum.data() + static_cast<size_t>(row) * words_;
+        for (size_t i = 0; i < words_; ++i) w[i] |= c[i];
+      }
+      Walk(s, kNoLimit, w, /*info=*/!states_[s].walked, nullptr, &groups_, &pre);
+    }
+  }
+  if (whole) Walk(s, kNoLimit, w, /*info=*/!states_[s].walked);
   if (overflow_) return;
-  if ((mask_pool_.size() + words_) * sizeof(uint64_t) <= kMaxMaskCacheBytes) {
-    states_[s].mask = static_cast<int32_t>(mask_pool_.size() / words_);
-    mask_pool_.insert(mask_pool_.end(), w, w + words_);
+  if ((static_cast<size_t>(n_masks_) + 1) * words_ * sizeof(uint64_t) <= kMaxMaskCacheBytes) {
+    // In blocks that never move (a growing vector copied every mask on each doubling).
+    if (n_masks_ % kMasksPerBlock == 0) mask_blocks_.emplace_back(new uint64_t[kMasksPerBlock * words_]);
+    states_[s].mask = n_masks_++;
+    std::memcpy(CachedMask(states_[s].mask), w, words_ * sizeof(uint64_t));
   }
 }
 
@@ -413,7 +798,11 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
         // List the state's costly tokens once (the walk sets no bit w lacks: w is the base mask).
         std::vector<std::pair<int32_t, int32_t>> costly;
         stats_.budget_walks++;
-        Walk(s, Grammar::kFar, w, /*info=*/false, &costly);
+        if (!(split_ && CostlySplit(s, cost, kMaxCostly, w, &costly))) {
+          costly.clear();
+          Collect collect{&costly, cost, kMaxCostly};
+          Walk(s, Grammar::kFar, w, /*info=*/false, &collect);
+        }
         if (overflow_) return too_complex();
         if (costly.size() <= kMaxCostly) {
           std::sort(costly.begin(), costly.end(), std::greater<>());
@@ -430,9 +819,13 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
           w[id >> 6] &= ~(uint64_t{1} << (id & 63));
         }
       } else {
-        std::memset(w, 0, words_ * sizeof(uint64_t));
         stats_.budget_walks++;
-        Walk(s, allow, w, /*info=*/false);
+        // The tokens whose end is within reach: from the keys' end states and a walk of the rest,
+        // else one walk filtering every token.
+        if (!(split_ && FilterSplit(s, allow, w))) {
+          std::memset(w, 0, words_ * sizeof(uint64_t));
+          Walk(s, allow, w, /*info=*/false);
+        }
         if (overflow_) return too_complex();
       }
     }

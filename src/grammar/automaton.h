@@ -15,6 +15,24 @@
 // matched byte by byte like any other. End-of-generation tokens are allowed exactly when the
 // grammar accepts the output so far.
 //
+// Per-element masks: most of a walk is spent on tokens that a stack's top element decides alone
+// (inside a string, a token of plain characters is allowed whatever encloses the string), and a
+// bounded string's states are all new (they differ by the characters left), so a walk per state
+// would be paid at every token. So a new state's stacks are cut into a local part, the top node
+// down to the first repetition node within a few nodes (else the top node alone), and what lies
+// below (the cut). The local part is walked once per key: its stacks with the cut replaced by the
+// empty stack and the repetition raised to its longest level (for tokens of at most j bytes, R_j
+// and any longer R behave alike: each x takes a byte), plus the bytes the cut can take first.
+// That walk sorts the tokens into accepted whatever lies below (kept per token length), and
+// uncertain: those that leave the local part and go on with a byte the cut takes, or, at level j,
+// are longer than j bytes. A state's mask is then its keys' accepted tokens up to its levels, plus
+// a walk from the state itself that enters only the trie subtrees holding an uncertain token.
+// The end states of the accepted tokens (for the budget below) are the local end states rebuilt
+// on the cut, so near the budget's edge the lists of tokens to drop come from them too, not from
+// a second whole walk. Repetitions over one x share keys (json-char{0,24} and json-char{0,40}).
+// A state whose keys could accept the same token (their end states would merge) is walked whole,
+// as before. Keys take at most kMaxKeyBytes per automaton; past that, states are walked whole.
+//
 // Closing in time: with a budget of B tokens left (this one included), a token is allowed only if
 // the turn can still end within the B - 1 tokens after it. What ending costs from a state is
 // counted in tokens (TokensToEnd): 0 when the output is final (the engine stops there), 1 when it
@@ -35,6 +53,7 @@
 // A Matcher belongs to one request.
 #pragma once
 
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -61,6 +80,7 @@ class Automaton {
   static constexpr int32_t kMaxStates = 100000;
   static constexpr int32_t kMaxStacks = 4000000;
   static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
+  static constexpr size_t kMaxKeyBytes = size_t{64} << 20;  // per-element data (see above)
 
   Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenIndex> index);
   Automaton(const Automaton&) = delete;
@@ -89,8 +109,13 @@ class Automaton {
     int64_t greedy_walks = 0;             // pruned walks for a greedy token alone (GreedyWalk)
     int64_t masks_cached = 0;             // masks answered from the cache
     int64_t nodes_visited = 0;            // trie nodes visited by all walks of both kinds
+    int64_t masks_split = 0;              // of masks_computed, those from per-element masks
+    int64_t keys = 0;                     // per-element keys walked
+    int64_t key_bytes = 0;                // their memory
   };
   Stats stats();
+  // Per-element masks on (default) or off (every new state walks the whole trie, as a reference).
+  void set_split_masks(bool on);
   const TokenIndex& index() const { return *index_; }
   const Grammar& grammar() const { return *grammar_; }
   bool overflowed();
@@ -103,8 +128,8 @@ class Automaton {
   };
   struct State {
     int32_t first, count;   // its stacks: state_stacks_[first, first + count), sorted ids
-    int32_t trans = -1;     // offset of its 256 transitions in trans_, -1 until first used
-    int32_t mask = -1;      // cached unbudgeted mask (index into mask_pool_ / words), -1 none
+    int32_t trans = -1;     // its table of 256 transitions (Table()), -1 until first used
+    int32_t mask = -1;      // cached unbudgeted mask (CachedMask()), -1 none
     int32_t minc = 0;
     // Known once walked (walked): the largest MinBytesToAccept after an allowed token, the end
     // state of the greedy token (kDead when no token is allowed), and the distinct end states of
@@ -132,6 +157,79 @@ class Automaton {
     }
   };
 
+  // A local key's walk (see the top of this file): the local state (stacks ending in the empty
+  // stack) and the bytes the cut below can take first.
+  struct Key {
+    StateId local;
+    ByteSet first;
+    bool ok = false;                 // built (false: over the memory limit)
+    // Per trie node from need_lo on: 255 when its subtree holds a token that leaves the local
+    // part, else the longest accepted token below it (bytes, capped at 254); 0 for none (and
+    // for the nodes past the array).
+    int32_t need_lo = 0;
+    std::vector<uint8_t> need;
+    uint8_t Need(int32_t node) const {
+      const uint32_t i = static_cast<uint32_t>(node - need_lo);
+      return i < need.size() ? need[i] : 0;
+    }
+    std::vector<int16_t> len_slot;   // [longest + 1] token length -> row of cum, -1 none
+    std::vector<uint64_t> cum;       // [rows][words]: accepted tokens of at most that length
+    std::vector<uint64_t> touch;     // [words] accepted or uncertain tokens (overlap test)
+    std::vector<std::pair<StateId, int32_t>> ends;  // local end states, shortest token length
+    // The accepted tokens of ends[i] as (length, token), by length: tokens[end_tokens[i], end_tokens[i + 1]).
+    std::vector<int32_t> end_tokens;
+    std::vector<std::pair<int32_t, int32_t>> tokens;
+  };
+  // One group of a state's stacks: those with the same cut, repetition and level.
+  struct Group {
+    int32_t key;
+    int32_t cut;      // the stack below the local part
+    int32_t chain;    // the repetition raised (-1 none)
+    int32_t canon;    // the chain its key uses (Grammar::chain_canon)
+    int32_t shift;    // levels raised by (to the top of canon)
+    int32_t s;        // tokens of at most s bytes are decided by the key (254: all)
+  };
+  struct KeyHash {
+    size_t operator()(const std::pair<StateId, ByteSet>& k) const {
+      uint64_t h = static_cast<uint64_t>(k.first) * 0x9E3779B97F4A7C15ull;
+      for (uint64_t w : k.second.w) h = (h ^ w) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  struct KeyEq {
+    bool operator()(const std::pair<StateId, ByteSet>& a, const std::pair<StateId, ByteSet>& b) const {
+      return a.first == b.first && a.second == b.second;
+    }
+  };
+  // Collects (TokensToEnd after, token) of a walk's allowed tokens whose TokensToEnd after is
+  // above `above`, while fewer than `limit + 1` are listed.
+  struct Collect {
+    std::vector<std::pair<int32_t, int32_t>>* out;
+    int32_t above;
+    size_t limit;
+  };
+  // The same list for s from its keys' end states and a walk of the uncertain rest (w: s's base
+  // mask, unchanged); false when s is not split (or a limit was hit).
+  bool CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w, std::vector<std::pair<int32_t, int32_t>>* out);
+  // w = s's tokens whose end state's TokensToEnd is <= allow (as Walk with a limit), split.
+  bool FilterSplit(StateId s, int32_t allow, uint64_t* w);
+  // s's groups and their keys (walking new keys); false when s is walked whole instead.
+  bool Split(StateId s, std::vector<Group>* groups);
+  int32_t KeyFor(StateId local, const ByteSet& first);  // -1 when over the memory limit
+  void BuildKey(Key* k);
+  const ByteSet& First(int32_t stack);
+  // The real state after a key's local end state: its stacks rebuilt on `cut`, the repetition
+  // lowered by `shift` levels. false on a limit.
+  bool Reroot(StateId local_end, const Group& g, StateId* out);
+  // Index into group_ends_ of g's real end states (aligned with its key's ends; computed for the
+  // ends of tokens of at most g.s bytes), -1 on a limit.
+  int32_t GroupEnds(const Group& g);
+  bool NeedVisit(const std::vector<Group>& groups, int32_t node) const {
+    for (const Group& g : groups)
+      if (keys_[g.key].Need(node) > g.s) return true;
+    return false;
+  }
+
   int32_t InternStack(int32_t pos, int32_t parent);
   StateId InternState(std::vector<int32_t>& stacks);  // sorts and dedups `stacks`
   void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);
@@ -140,11 +238,13 @@ class Automaton {
   StateId ComputeTransition(StateId s, uint8_t b);
   // One trie walk from s setting the bits of allowed tokens in words ([words_], not cleared):
   // every grammatical token when allow is kNoLimit, else those whose end state's TokensToEnd is
-  // <= allow (all of them must be known: MaxEndCost(s) first). costly (optional, with a limit):
-  // collects (TokensToEnd after, token) of allowed tokens whose cost is above s's. info
-  // (optional): records the walk's facts into s's State (walked).
+  // <= allow (all of them must be known: MaxEndCost(s) first). costly (optional): see Collect.
+  // info (optional): records the walk's facts into s's State (walked). groups (optional): enter
+  // only the subtrees that hold a token the groups' keys leave uncertain; with info, pre_ends
+  // are the end states known already (the keys' accepted tokens).
   static constexpr int32_t kNoLimit = INT32_MAX;
-  void Walk(StateId s, int32_t allow, uint64_t* words, bool info, std::vector<std::pair<int32_t, int32_t>>* costly = nullptr);
+  void Walk(StateId s, int32_t allow, uint64_t* words, bool info, Collect* costly = nullptr,
+            const std::vector<Group>* groups = nullptr, const std::vector<StateId>* pre_ends = nullptr);
   // Sets s's greedy token's end state (State::best) with a walk that skips every subtree that
   // cannot hold a token as good: a byte lowers MinBytesToAccept by at most one, so below a prefix
   // whose state needs m bytes, with at most k more bytes in its subtree, no token ends under m - k.
@@ -163,9 +263,18 @@ class Automaton {
   std::vector<State> states_;                            // [n_states]
   std::vector<int32_t> state_stacks_;                    // stacks of all states, back to back
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> state_ids_;
-  std::vector<int32_t> trans_;                           // [tables][256] state ids; kUnknown = not computed
-  std::vector<uint16_t> byte_class_;                     // [tables][256] bytes of one class go to one state
-  std::vector<uint64_t> mask_pool_;                      // [cached masks][words]
+  // Per table, 256 state ids (kUnknown = not computed) and 256 byte classes (bytes of one class
+  // go to one state), in blocks of kTablesPerBlock tables.
+  static constexpr int32_t kTablesPerBlock = 256;
+  std::vector<std::unique_ptr<int32_t[]>> trans_blocks_;
+  std::vector<std::unique_ptr<uint16_t[]>> class_blocks_;
+  int32_t n_tables_ = 0;
+  int32_t* Table(int32_t t) { return trans_blocks_[t / kTablesPerBlock].get() + (t % kTablesPerBlock) * 256; }
+  uint16_t* Classes(int32_t t) { return class_blocks_[t / kTablesPerBlock].get() + (t % kTablesPerBlock) * 256; }
+  static constexpr int32_t kMasksPerBlock = 64;
+  std::vector<std::unique_ptr<uint64_t[]>> mask_blocks_;  // [cached masks][words], in blocks
+  int32_t n_masks_ = 0;
+  uint64_t* CachedMask(int32_t i) { return mask_blocks_[i / kMasksPerBlock].get() + static_cast<size_t>(i % kMasksPerBlock) * words_; }
   std::vector<int32_t> ends_;                            // end states of walked states, back to back
   // Per listed state, its costly tokens (State::costly) as (TokensToEnd after, token), largest first.
   std::vector<std::vector<std::pair<int32_t, int32_t>>> costly_;
@@ -175,6 +284,23 @@ class Automaton {
   uint32_t walk_stamp_ = 0;
   std::vector<uint64_t> scratch_mask_;                   // [words_] scratch of Cost's walks
   std::vector<int32_t> scratch_;                         // scratch of ComputeTransition
+  bool split_ = true;
+  std::vector<Key> keys_;
+  std::unordered_map<std::pair<StateId, ByteSet>, int32_t, KeyHash, KeyEq> key_ids_;
+  std::unordered_map<int32_t, int32_t> first_ids_;       // stack -> index into firsts_
+  std::vector<ByteSet> firsts_;
+  struct GroupKeyHash {
+    size_t operator()(const std::array<int32_t, 4>& k) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t x : k) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::unordered_map<std::array<int32_t, 4>, int32_t, GroupKeyHash> group_end_ids_;  // (key, cut, chain, shift) -> index in group_ends_
+  std::vector<std::vector<StateId>> group_ends_;
+  size_t key_bytes_ = 0;
+  std::vector<Group> groups_;                            // scratch of BaseMask
+  std::vector<uint8_t> need_scratch_;                    // scratch of BuildKey
   StateId start_ = kDead;
   bool overflow_ = false;
   size_t words_;                                         // ceil(n_vocab / 64)

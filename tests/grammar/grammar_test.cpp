@@ -242,6 +242,68 @@ TEST(Matcher, MasksEqualBruteForceAlongRandomWalks) {
   EXPECT_GT(st.masks_cached, 0);
 }
 
+// Walks the same random paths through two automata of one grammar, one with per-element masks
+// and one walking every new state whole, and requires equal masks at every step, budgets from
+// unbounded down to below the start's cost (the budget's edge is where the end states matter).
+void ExpectSplitMasksEqual(const std::string& text, const std::shared_ptr<const TokenIndex>& idx, int walks, uint64_t seed) {
+  auto a = Make(text, idx);
+  auto ref = Make(text, idx);
+  ASSERT_TRUE(a && ref);
+  ref->set_split_masks(false);
+  Rng rng(seed);
+  const int32_t cost = ref->TokensToEnd(ref->Start());
+  for (int walk = 0; walk < walks; ++walk) {
+    const int kinds[] = {INT_MAX, cost + walk % 4, cost + 12, std::max(1, cost - 1), 2 * cost + 5};
+    const int budget0 = kinds[walk % 5];
+    const int steps = budget0 == INT_MAX ? 60 : budget0;
+    Matcher m(a), r(ref);
+    std::string out;
+    for (int step = 0; step < steps && !m.done() && !m.final(); ++step) {
+      const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
+      TokenMask mask, want;
+      ASSERT_TRUE(m.FillMask(budget, &mask).ok());
+      ASSERT_TRUE(r.FillMask(budget, &want).ok());
+      ASSERT_EQ(mask, want) << "after '" << out << "' budget " << budget << " (walk " << walk << ")\n" << text;
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < idx->n_vocab(); ++t)
+        if (MaskHas(mask, t) && !idx->is_eog(t)) allowed.push_back(t);
+      if (allowed.empty()) break;
+      const int32_t t = allowed[rng.Next() % allowed.size()];
+      ASSERT_TRUE(m.Accept(t).ok());
+      ASSERT_TRUE(r.Accept(t).ok());
+      out += idx->piece(t);
+    }
+  }
+  const auto st = a->stats();
+  EXPECT_GT(st.masks_split, 0) << text;
+  EXPECT_GT(st.keys, 0) << text;
+}
+
+TEST(Matcher, SplitMasksEqualWholeWalks) {
+  int32_t eos;
+  auto toy = ToyVocab(&eos);
+  auto bytes = ByteVocab();
+  const std::string grammars[] = {
+      // Bounded strings of rules (multi-byte x) and of byte sets, sharing x across lengths; a
+      // repetition with a minimum; unbounded ones; what follows a string overlapping its content.
+      "root ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\n"
+      "pair ::= \"\\\"\" ch{0,7} \"\\\"\" ws ( num | \"\\\"\" ch{2,3} \"\\\"\" ) ws\n"
+      "ch ::= [a-z] | \"\\u00e9\" | \"1\" [01]\n"
+      "num ::= \"0\" | \"1\" [01]{0,9}\n"
+      "ws ::= \" \"{0,3}\n",
+      // Repetitions at the root (nothing below them), nested bounded repetitions, ambiguous x.
+      "root ::= ( \"a\" | \"ab\" | \"b\" ){0,12} x{1,4}\n"
+      "x ::= \"{\" [a-z]{0,5} \"}\" | \"y\"\n",
+      "root ::= ( [a-z]{1,3} \",\" ){0,6} \"z\"* \"}\"\n",
+      // Strings a byte-at-a-time vocabulary spells out.
+      "root ::= \"\\\"\" [^\"\\\\]{0,20} \"\\\"\" ( \",\" [0-9]{1,12} )? \"\\\"\"?\n",
+  };
+  for (const auto& g : grammars) {
+    ExpectSplitMasksEqual(g, toy, 60, 11);
+    ExpectSplitMasksEqual(g, bytes, 30, 12);
+  }
+}
+
 // A tool call's wrapper is long in bytes and short in tokens: a budget far below its bytes but
 // covering its tokens still ends every walk complete, and a second call is opened only when it
 // can close in time.

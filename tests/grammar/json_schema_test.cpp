@@ -118,6 +118,62 @@ TEST(JsonSchema, RandomWalksValidateStories260K) { CheckWalks("stories260K/stori
 TEST(JsonSchema, RandomWalksValidateLlamaSpm32k) { CheckWalks("vocab/ggml-vocab-llama-spm.gguf", 6, 120); }
 TEST(JsonSchema, RandomWalksValidateGpt2) { CheckWalks("vocab/ggml-vocab-gpt-2.gguf", 6, 120); }
 
+// Per-element masks (automaton.h) against whole walks of every new state, on real vocabularies
+// and schemas with bounded strings, numbers and arrays: equal masks at every step, with budgets
+// from unbounded to below what closing needs.
+void CheckSplitMasks(const std::string& vocab_file, int walks_per_schema, uint64_t seed) {
+  auto idx = LoadIndex(vocab_file);
+  ASSERT_TRUE(idx) << vocab_file;
+  std::vector<J> schemas = Schemas();
+  schemas.push_back(J::parse(R"({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "id": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 4},
+    "score": {"type": "number", "minimum": 0, "maximum": 1}, "kind": {"enum": ["a", "b", "c"]},
+    "note": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "null"}]}},
+    "required": ["name", "age", "id", "tags", "score", "kind", "note"], "additionalProperties": false})"));
+  Rng rng(seed);
+  for (const J& schema : schemas) {
+    auto text = SchemaToGrammar(schema);
+    ASSERT_TRUE(text.ok()) << text.error().message;
+    auto make = [&] {
+      auto g = Grammar::Parse(*text);
+      EXPECT_TRUE(g.ok());
+      return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+    };
+    auto a = make(), ref = make();
+    ref->set_split_masks(false);
+    const int32_t cost = ref->TokensToEnd(ref->Start());
+    for (int w = 0; w < walks_per_schema; ++w) {
+      const int kinds[] = {INT_MAX, 64, cost + w % 3, std::max(1, cost - 2), cost + 10};
+      const int budget0 = kinds[w % 5];
+      Matcher m(a), r(ref);
+      std::string out;
+      TokenMask mask, want;
+      std::vector<int32_t> allowed;
+      for (int step = 0; step < (budget0 == INT_MAX ? 80 : budget0) && !m.done() && !m.final(); ++step) {
+        const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
+        ASSERT_TRUE(m.FillMask(budget, &mask).ok());
+        ASSERT_TRUE(r.FillMask(budget, &want).ok());
+        ASSERT_TRUE(mask == want) << "after '" << out << "' budget " << budget << "\nschema " << schema.dump();
+        allowed.clear();
+        for (int32_t t = 0; t < idx->n_vocab(); ++t)
+          if (MaskHas(mask, t) && !idx->is_eog(t)) allowed.push_back(t);
+        if (allowed.empty()) break;
+        const int32_t t = allowed[rng.Next() % allowed.size()];
+        ASSERT_TRUE(m.Accept(t).ok());
+        ASSERT_TRUE(r.Accept(t).ok());
+        out += idx->piece(t);
+      }
+    }
+    EXPECT_GT(a->stats().masks_split, 0) << schema.dump();
+  }
+}
+
+TEST(JsonSchema, SplitMasksEqualWholeWalksLlamaSpm32k) { CheckSplitMasks("vocab/ggml-vocab-llama-spm.gguf", 10, 5); }
+TEST(JsonSchema, SplitMasksEqualWholeWalksGpt2) { CheckSplitMasks("vocab/ggml-vocab-gpt-2.gguf", 5, 6); }
+TEST(JsonSchema, SplitMasksEqualWholeWalksStories260K) { CheckSplitMasks("stories260K/stories260K.gguf", 20, 7); }
+
 TEST(JsonSchema, JsonObjectGrammarGivesObjects) {
   auto idx = LoadIndex("stories260K/stories260K.gguf");
   ASSERT_TRUE(idx);
