@@ -180,6 +180,7 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
                             {"tokens_replayed", masked}, {"states", st.states},
                             {"trie_walks", st.masks_computed}, {"masks_from_cache", st.masks_cached},
                             {"greedy_walks", st.greedy_walks}, {"budget_walks", st.budget_walks},
+                            {"split_masks", st.masks_split}, {"keys", st.keys}, {"key_bytes", st.key_bytes},
                             {"trie_nodes_per_walk", st.masks_computed + st.greedy_walks
                                                         ? static_cast<double>(st.nodes_visited) / (st.masks_computed + st.greedy_walks)
                                                         : 0.0},
