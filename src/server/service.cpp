@@ -361,11 +361,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
       auto l = LockTurn(target, &waited);
       if (!l.ok()) {
         std::lock_guard<std::mutex> guard(mu_);
-        auto it = sessions_.find(target);
-        if (it != sessions_.end()) {
-          it->second.busy = false;
-          IndexLocked(target, it->second.tokens.size());
-        }
+        ReleaseLocked(target);
         return ToApiError(l.error());
       }
       lock = std::move(*l);
@@ -442,8 +438,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
       start_afresh(target);
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      sessions_[target].busy = false;
-      IndexLocked(target, sessions_[target].tokens.size());
+      ReleaseLocked(target);
       return ToApiError(t.error());
     }
   }
@@ -516,8 +511,7 @@ ApiResult<StartedTurn> Service::StartRendered(TurnSpec spec, int64_t synced, int
       engine_.DiscardSession(id);
     } else {
       std::lock_guard<std::mutex> lock(mu_);
-      sessions_[id].busy = false;
-      IndexLocked(id, sessions_[id].tokens.size());
+      ReleaseLocked(id);
     }
     return ToApiError(err, err.code == StatusCode::kResourceExhausted ? "the server is busy: " : "");
   }
@@ -686,6 +680,13 @@ void Service::IndexLocked(int64_t id, size_t kept) {
   if (e.tokens.size() > kept) index_.Append(id, std::span<const int32_t>(e.tokens).subspan(kept));
   index_.SetUse(id, UseOf(e));
   MNEMO_CHECK_MSG(index_.Length(id) == e.tokens.size(), "the prefix index lost step with a session's log");
+}
+
+void Service::ReleaseLocked(int64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  it->second.busy = false;
+  IndexLocked(id, it->second.tokens.size());
 }
 
 std::pair<int64_t, size_t> Service::BestSession(const std::string& owner, const std::vector<int32_t>& tokens) {

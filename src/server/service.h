@@ -450,6 +450,9 @@ class Service : public ServedModel {
   // Brings index_ in step with sessions_[id] after its log or busy flag changed; the log's first
   // `kept` tokens are as the index last saw them (cost: the tokens after `kept`). Callers hold mu_.
   void IndexLocked(int64_t id, size_t kept);
+  // The turn planned on session id did not start: the session is idle again (no-op when it is
+  // gone). Callers hold mu_.
+  void ReleaseLocked(int64_t id);
   // Whether a fork of e could be committed: always without a store, else once the store holds e.
   bool Forkable(const Entry& e) const { return !store_ || e.stored; }
   // What requests may make of e (PrefixIndex::Use): continue or fork it when idle; while a turn

@@ -53,11 +53,7 @@ ApiResult<std::vector<StartedTurn>> Service::StartChoices(const StartedTurn& pre
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int64_t f : forks) ForgetLocked(f);
-      auto it = sessions_.find(source);
-      if (it != sessions_.end()) {
-        it->second.busy = false;
-        IndexLocked(source, it->second.tokens.size());
-      }
+      ReleaseLocked(source);
     }
     for (int64_t f : forks) engine_.DiscardSession(f);
   };

@@ -122,11 +122,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
     auto l = LockTurn(source, &waited);
     if (!l.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = sessions_.find(source);
-      if (it != sessions_.end()) {
-        it->second.busy = false;
-        IndexLocked(source, it->second.tokens.size());
-      }
+      ReleaseLocked(source);
       return ApiResult<StartedTurn>(ToApiError(l.error()));
     }
     turn_lock = std::move(*l);
@@ -136,11 +132,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   if (!FreshInStore(source)) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = sessions_.find(source);
-      if (it != sessions_.end()) {
-        it->second.busy = false;
-        IndexLocked(source, it->second.tokens.size());
-      }
+      ReleaseLocked(source);
     }
     SyncSession(source, spec.owner, /*load=*/false);
     return std::nullopt;
@@ -164,8 +156,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
     if (!t.ok()) {
       if (!engine_.HasSession(source)) return fall_back();
       std::lock_guard<std::mutex> lock(mu_);
-      sessions_[source].busy = false;
-      IndexLocked(source, sessions_[source].tokens.size());
+      ReleaseLocked(source);
       return ApiResult<StartedTurn>(ToApiError(t.error()));
     }
     st.truncated_to = static_cast<int64_t>(cut);
@@ -197,8 +188,7 @@ std::optional<ApiResult<StartedTurn>> Service::StartWindowed(TurnSpec& spec, int
   }
   if (h.error().code == StatusCode::kNotFound) return fall_back();
   std::lock_guard<std::mutex> lock(mu_);
-  sessions_[source].busy = false;
-  IndexLocked(source, sessions_[source].tokens.size());
+  ReleaseLocked(source);
   const Error& err = h.error();
   return ApiResult<StartedTurn>(ToApiError(err, err.code == StatusCode::kResourceExhausted ? "the server is busy: " : ""));
 }
