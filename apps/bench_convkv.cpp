@@ -73,10 +73,12 @@ struct ConvkvFlags {
   std::vector<std::string> modes{"exact", "reuse"};
   std::vector<std::string> methods{"3-factor", "relevance", "recency", "recent-only", "random"};
   std::string relevance = "keyword";
+  double relevance_temperature = context::ScoringOptions{}.relevance_temperature;
   int hidden_layer = -1;    // --eval: ServiceConfig::hidden_layer
   int attention_layers = 0; // --eval: ServiceConfig::attention_layers
   int answer_tokens = 12;
   int keep_last = context::SelectionOptions{}.keep_last;
+  std::string dump_turns;   // --eval: JSONL of every conversation's turn sizes and scores
 };
 
 // ---- Conversation content -------------------------------------------------------------------
@@ -448,6 +450,7 @@ int RunConvkv(ConvkvFlags& f) {
   // Relevance as the service computes it (--relevance; the results in docs/benchmarks-convkv.md's
   // story section were measured with the seed's embedding relevance).
   scoring.relevance = *context::ParseRelevanceKind(f.relevance);  // checked by the flag
+  scoring.relevance_temperature = f.relevance_temperature;
   std::vector<int32_t> fold;     // [vocab]
   std::vector<int8_t> word_kind;  // [vocab]
   KeywordTables(*rt->tokenizer, &fold, &word_kind);
@@ -562,6 +565,9 @@ void RegisterBenchConvkv(CLI::App* bench) {
   cmd->add_option("--relevance", f->relevance,
                   "relevance factor: keyword, embedding, centred, whitened; with --eval also hidden, attention")
       ->check(CLI::IsMember({"keyword", "embedding", "centred", "whitened", "hidden", "attention"}))->capture_default_str();
+  cmd->add_option("--relevance-temperature", f->relevance_temperature,
+                  "keyword relevance sharpening (context::ScoringOptions; 0: the linear share, as before 2026-12-03)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--hidden-layer", f->hidden_layer, "--eval, --relevance hidden: block whose output is pooled (-1: n_layers / 2)")
       ->capture_default_str();
   cmd->add_option("--attention-layers", f->attention_layers,
@@ -571,6 +577,9 @@ void RegisterBenchConvkv(CLI::App* bench) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--keep-last", f->keep_last, "newest turns always kept (context_keep_last)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--dump-turns", f->dump_turns,
+                  "--eval: write one JSON line per conversation (fact turn, tokens and scores of every "
+                  "turn) to FILE, for studying rankings offline");
   cmd->callback([f] {
     if (!f->eval.empty()) {
       ConvkvEvalConfig c;
@@ -582,12 +591,14 @@ void RegisterBenchConvkv(CLI::App* bench) {
       c.methods = f->methods;
       c.preset = f->weights;
       c.relevance = f->relevance;
+      c.relevance_temperature = f->relevance_temperature;
       c.seed = f->seed;
       c.max_tokens = f->answer_tokens;
       c.keep_last = f->keep_last;
       c.hidden_layer = f->hidden_layer;
       c.attention_layers = f->attention_layers;
       c.verbose = f->verbose;
+      c.dump_turns = f->dump_turns;
       c.json = f->json;
       c.runtime = f->runtime;
       int rc = RunConvkvEval(c);

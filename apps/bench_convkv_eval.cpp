@@ -238,6 +238,14 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
   Json dropped = Json::array();  // 3-factor at the middle budget, exact: conversations that lost the fact
   const double report_budget = c.budgets[c.budgets.size() / 2];
   const int n_conv = static_cast<int>(convs->size());
+  std::ofstream dump;
+  if (!c.dump_turns.empty()) {
+    dump.open(c.dump_turns);
+    if (!dump) {
+      std::fprintf(stderr, "error: cannot write %s\n", c.dump_turns.c_str());
+      return 1;
+    }
+  }
   for (int i = 0; i < n_conv; i++) {
     const EvalConversation& conv = (*convs)[i];
     const int fact_ctx_turn = conv.fact_turn / 2 + 1;
@@ -265,6 +273,7 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
       ctx.mode = row.mode;
       ctx.method = ServiceMethod(row.method);
       ctx.relevance = c.relevance;
+      ctx.relevance_temperature = c.relevance_temperature;
       ctx.preset = c.preset;
       ctx.keep_last = c.keep_last;
       ctx.seed = c.seed * 1000003ull + static_cast<uint64_t>(i) * 101 + static_cast<uint64_t>(row.budget * 100);
@@ -275,6 +284,10 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
       if (!o.ok()) {
         std::fprintf(stderr, "error: conversation %d: %s\n", i, o.error().message.c_str());
         return 1;
+      }
+      if (dump.is_open() && r == 1) {  // the scores do not depend on budget, method or mode
+        dump << Json{{"conversation", i}, {"fact_turn", fact_ctx_turn}, {"turn_tokens", o->context.turn_tokens},
+                     {"scores", ScoresJson(o->context)}}.dump() << "\n";
       }
       const auto& kept = o->context.kept_turns;
       const bool fact_kept = !o->context.applied || std::find(kept.begin(), kept.end(), fact_ctx_turn) != kept.end();
@@ -317,6 +330,7 @@ int RunConvkvEval(const ConvkvEvalConfig& c) {
     j["eval"] = c.eval;
     j["conversations"] = n_conv;
     j["relevance"] = c.relevance;
+    j["relevance_temperature"] = c.relevance_temperature;
     j["preset"] = c.preset;
     j["keep_last"] = c.keep_last;
     j["hidden_layer"] = c.hidden_layer;

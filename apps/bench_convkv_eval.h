@@ -20,11 +20,13 @@ struct ConvkvEvalConfig {
   std::vector<std::string> methods{"3-factor", "relevance", "recency", "recent-only", "random"};
   std::string preset = "default";          // 3-factor weights
   std::string relevance = "keyword";       // relevance factor (context::ParseRelevanceKind)
+  double relevance_temperature = 0.1;      // keyword sharpening (context::ScoringOptions)
   uint64_t seed = 1;                       // random baseline
   int max_tokens = 12;                     // generated per answer (the answer is its first line)
   int keep_last = 1;                       // newest turns always kept
   int hidden_layer = -1;                   // ServiceConfig::hidden_layer (relevance hidden)
   int attention_layers = 0;                // ServiceConfig::attention_layers (relevance attention)
+  std::string dump_turns;                  // JSONL: every conversation's turn sizes and scores
   bool verbose = false;                    // per-conversation lines on stderr
   bool json = false;
   RuntimeFlags runtime;

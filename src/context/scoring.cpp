@@ -60,10 +60,16 @@ std::vector<int64_t> WordSet(std::span<const int32_t> tokens, const ScoringOptio
   return out;
 }
 
+// (e^(x/t) - 1) / (e^(1/t) - 1) for x in [0, 1], t > 0, written so that no term overflows for a
+// small t: e^((x-1)/t) (1 - e^(-x/t)) / (1 - e^(-1/t)). 0 -> 0, 1 -> 1, increasing.
+double Sharpen(double x, double t) {
+  return std::exp((x - 1) / t) * -std::expm1(-x / t) / -std::expm1(-1 / t);
+}
+
 // Keyword relevance of every turn (formula in scoring.h). turn_sets: [T] folded distinct tokens of
-// each turn; query_set: the query's.
+// each turn; query_set: the query's; temperature: ScoringOptions::relevance_temperature.
 std::vector<double> KeywordRelevance(const std::vector<std::vector<int64_t>>& turn_sets,
-                                     const std::vector<int64_t>& query_set) {
+                                     const std::vector<int64_t>& query_set, double temperature) {
   const int n_turns = static_cast<int>(turn_sets.size());
   std::unordered_map<int64_t, int> df;  // query word -> history turns containing it
   for (int64_t t : query_set) df[t] = 0;
@@ -98,6 +104,15 @@ std::vector<double> KeywordRelevance(const std::vector<std::vector<int64_t>>& tu
   for (double r : rel) best = std::max(best, r);
   if (best > 0) {
     for (double& r : rel) r /= best;
+  }
+  // The share is linear in matched words, but a question is answered by one turn: a distractor
+  // that shares "dog called" with "What is my dog called?" holds 77% of the fact turn's share and,
+  // with recency weighing as much as relevance, a few exchanges' recency lead outvoted the fact
+  // (docs/benchmarks-convkv.md). Sharpening makes the mix follow a decisive relevance lead and
+  // leaves recency and information to order the turns that match alike. Monotone: ranking by
+  // relevance alone is unchanged.
+  if (temperature > 0) {
+    for (double& r : rel) r = Sharpen(r, temperature);
   }
   return rel;
 }
@@ -151,6 +166,9 @@ Status ScoringOptions::Validate() const {
   MNEMO_TRY(ValidateWeights(weights));
   if (!std::isfinite(recency_tau) || recency_tau <= 0) {
     return MakeError("context: recency_tau = %g must be finite and > 0", recency_tau);
+  }
+  if (!std::isfinite(relevance_temperature) || relevance_temperature < 0) {
+    return MakeError("context: relevance_temperature = %g must be finite and >= 0", relevance_temperature);
   }
   if (!(novelty_share >= 0 && novelty_share <= 1)) {
     return MakeError("context: novelty_share = %g must be in [0, 1]", novelty_share);
@@ -267,7 +285,7 @@ Result<std::vector<TurnScore>> ScoreTurns(std::span<const int32_t> log,
   if (!query.empty() && options.relevance == RelevanceKind::kKeyword) {
     std::vector<std::vector<int64_t>> sets(n_turns);  // [T] distinct words of each turn
     for (int i = 0; i < n_turns; ++i) sets[i] = WordSet(log.subspan(turns[i].begin, turns[i].size()), options);
-    relevance = KeywordRelevance(sets, WordSet(query, options));
+    relevance = KeywordRelevance(sets, WordSet(query, options), options.relevance_temperature);
   } else if (!query.empty() && options.relevance == RelevanceKind::kAttention) {
     // The scale is the best turn but the newest: that one sits next to the message and draws
     // attention by locality whatever it says (the largest mass in every CI recall case, 1.3-3x

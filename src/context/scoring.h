@@ -18,7 +18,15 @@
 //                    mapped through ScoringOptions::fold (e.g. to its lower-case form); without
 //                    word_kind every token is a word. A word every turn has weighs 0; a query word
 //                    no turn has is left out (it cannot tell turns apart). 0 when no query word
-//                    occurs.
+//                    occurs. That share x is then sharpened (t = ScoringOptions::
+//                    relevance_temperature, default 0.1; 0 keeps the share):
+//                      relevance = (e^(x/t) - 1) / (e^(1/t) - 1)   (0 -> 0, 1 -> 1, ~ e^((x-1)/t))
+//                    i.e. the turn's softmax weight over the turns relative to the best's: a turn
+//                    matching 0.1 less of the query than the best counts 1/e as relevant. A
+//                    question is answered by one turn; with the linear share, a newer turn sharing
+//                    most of its words outranked the older one that answers it once recency was
+//                    added (docs/benchmarks-convkv.md, "Combining the factors"). Monotone, so the
+//                    relevance-only ranking is the same with or without it.
 //     embedding      max(0, cos(e_i, e_q)): cosine similarity between the turn's embedding and the
 //                    new user message's (Embedder, see embedding.h). Negative similarity is clamped
 //                    to 0: for selection "opposite" is no more useful than "unrelated".
@@ -99,6 +107,9 @@ struct ScoringOptions {
                                           // attention on each history position (Engine::Probe's
                                           // attn_mass over the history). Not owned.
   double recency_tau = 8.0;    // turns; finite, > 0
+  // keyword only: sharpening of the matched share (formula above); finite, >= 0, 0 = off. 0.1 was
+  // chosen on seven recall evaluation sets and checked on six others (docs/benchmarks-convkv.md).
+  double relevance_temperature = 0.1;
   double novelty_share = 0.5;  // s in information = (1 - s) * diversity + s * novelty; in [0, 1]
 
   Status Validate() const;

@@ -108,6 +108,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   context::ScoringOptions opts;
   opts.weights = *weights;
   opts.relevance = *relevance;
+  opts.relevance_temperature = spec.context.relevance_temperature;
   opts.fold = fold_;
   opts.word_kind = word_kind_;
   // The conversation's scoring state: found again by its first user turn.
@@ -187,6 +188,7 @@ ApiResult<ContextReport> Service::SelectContext(TurnSpec& spec, double budget) {
   if (spec.context.scores) {
     report.has_scores = true;
     report.scores = *scores;
+    for (const auto& t : turns) report.turn_tokens.push_back(t.size());
   }
   auto budget_tokens = context::ResolveBudget(budget, static_cast<int>(hist.size()));
   if (!budget_tokens.ok()) return Invalid(budget_tokens.error().message, "context_budget");

@@ -79,6 +79,8 @@ struct ContextRequest {
   std::string relevance = "keyword";  // relevance factor (context::ParseRelevanceKind): keyword,
                                       // embedding, centred, whitened, hidden, attention
   uint64_t seed = 0;               // method "random" only
+  double relevance_temperature = context::ScoringOptions{}.relevance_temperature;  // keyword
+                                   // relevance sharpening (not in the HTTP API; bench convkv)
   bool scores = false;             // report every turn's score (include "mnemo_context.scores")
 };
 
@@ -93,6 +95,7 @@ struct ContextReport {
   std::string method, relevance;           // how the turns were ranked
   double scoring_ms = 0;                   // time spent scoring the turns (segmentation included)
   int n_turns = 0;                         // turns of the history (kept + dropped)
+  std::vector<int> turn_tokens;            // [n_turns] tokens of each turn (with has_scores)
   int64_t probe_tokens = 0;                // positions the model ran to score the turns
                                            // (hidden: turns not yet embedded + the message;
                                            // attention: the whole history + the message)

@@ -328,14 +328,33 @@ TEST(ContextScore, KeywordRelevanceIsTheIdfWeightedShareOfTheQuerysWords) {
   c.Add({1, 3, 6});
   ScoringOptions o;
   ASSERT_EQ(o.relevance, RelevanceKind::kKeyword);  // the default
+  o.relevance_temperature = 0;                      // the share itself
   const std::vector<int32_t> query = {3, 4, 7, 1, 3};
   auto s = ScoreTurns(c.log, c.turns, query, emb, o);
   ASSERT_TRUE(s.ok()) << s.error().message;
   const double w3 = std::log(5.0 / 3.0), w4 = std::log(5.0 / 2.0);
+  const double share3 = w3 / (w3 + w4);
   EXPECT_NEAR((*s)[0].relevance, 0.0, 1e-12);
   EXPECT_NEAR((*s)[1].relevance, 1.0, 1e-12);
   EXPECT_NEAR((*s)[2].relevance, 0.0, 1e-12);
-  EXPECT_NEAR((*s)[3].relevance, w3 / (w3 + w4), 1e-12);
+  EXPECT_NEAR((*s)[3].relevance, share3, 1e-12);
+
+  // Sharpened (the default, t = 0.1): (e^(x/t) - 1) / (e^(1/t) - 1); 0 and 1 stay, the order too.
+  for (double t : {0.1, 0.5, 1e-3}) {
+    o.relevance_temperature = t;
+    auto sharp = ScoreTurns(c.log, c.turns, query, emb, o);
+    ASSERT_TRUE(sharp.ok());
+    EXPECT_NEAR((*sharp)[0].relevance, 0.0, 1e-12) << t;
+    EXPECT_NEAR((*sharp)[1].relevance, 1.0, 1e-12) << t;
+    EXPECT_NEAR((*sharp)[2].relevance, 0.0, 1e-12) << t;
+    const double want = t >= 0.1 ? std::expm1(share3 / t) / std::expm1(1 / t) : 0.0;  // 1e-3: e^-389
+    EXPECT_NEAR((*sharp)[3].relevance, want, 1e-12) << t;
+    EXPECT_TRUE(std::isfinite((*sharp)[3].total)) << t;
+  }
+  EXPECT_LT(std::expm1(share3 / 0.1) / std::expm1(10.0), 0.05);  // share3 = 0.36: a weak match
+  o.relevance_temperature = -1;
+  EXPECT_FALSE(ScoreTurns(c.log, c.turns, query, emb, o).ok());
+  o.relevance_temperature = 0.1;
 
   // fold: token 8 counts as 3 (e.g. "My" as "my"), so a query of 8 finds turns 1 and 3 equally.
   std::vector<int32_t> fold(16);
