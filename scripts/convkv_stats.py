@@ -21,8 +21,9 @@ end is above -0.01 (one answer in a hundred, the margin the issue grants reuse a
   /usr/bin/python3 scripts/convkv_stats.py A.json B.json --extra F.json --json-out stats.json
 
 --extra FILE (repeatable): a run with other 3-factor weights on the same eval set (matched by its
-`eval` path); its 3-factor rows join as method `3-factor/<preset>`, so gaps such as
-3-factor/factual vs relevance can be asked for with --gap.
+`eval` path); its 3-factor rows join as method `3-factor/<preset>` (`3-factor/<preset>/t<T>` when
+the run records its relevance_temperature), so gaps such as 3-factor/factual vs relevance, or
+3-factor vs 3-factor/default/t0 (the linear keyword share), can be asked for with --gap.
 Needs numpy (/usr/bin/python3 has it).
 """
 import argparse, json, math, sys
@@ -48,9 +49,12 @@ def load(paths, extras):
         match = [s for s in sets if s['eval'] == d['eval'] and s['n'] == d['conversations']]
         if len(match) != 1:
             sys.exit('error: --extra %s: no single main file evaluates %s' % (p, d['eval']))
+        name = '3-factor/' + d['preset']
+        if 'relevance_temperature' in d:  # runs since 2026-12-03 say how keyword relevance was sharpened
+            name += '/t%g' % d['relevance_temperature']
         for r in d['rows']:
             if r['method'] == '3-factor':
-                key = ('3-factor/' + d['preset'], r['budget'], r['mode'])
+                key = (name, r['budget'], r['mode'])
                 match[0]['rows'][key] = np.frombuffer(r['correct_per_conversation'].encode(),
                                                       dtype=np.uint8) - ord('0')
     return sets
