@@ -1,8 +1,11 @@
 // mnemo bench grammar: what constrained decoding costs. Decode throughput through the engine
 // (masks, sampling, everything a served turn does) with and without a grammar, at each batch size,
-// A/B alternating per repeat; then the mask time per token alone, replaying the constrained
-// outputs through a fresh automaton (cold: every state new) and again through the same one
-// (warm: transitions and masks cached).
+// alternating per repeat, in two cases of the schema's automaton (the server keeps one per
+// schema, grammar_cache.h): "fresh", a new automaton for every run (a schema's first request pays
+// its per-grammar walks and every state), and "warm", one automaton per schema that has served an
+// earlier turn and is shared by every run after it (the server from a schema's second request on).
+// Then the mask time per token alone, replaying the constrained outputs through a fresh automaton
+// (cold: every state new) and again through the same one (warm: transitions and masks cached).
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -24,7 +27,7 @@ struct BenchGrammarFlags {
   std::string model, tokenizer;
   std::vector<int> batches{1, 8};
   int tokens = 64;        // max_tokens per turn
-  int repeats = 3;        // A/B pairs per figure (median)
+  int repeats = 3;        // runs of each case (unconstrained, fresh, warm) per figure (median)
   std::string schema_file;  // default: the built-in schemas below
   bool json = false;
   RuntimeFlags runtime;
@@ -132,60 +135,79 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
                       {"max_tokens", f.tokens}, {"results", nlohmann::json::array()}};
   RunBatch(e, prompt, 1, 4, 1, nullptr).ok();  // warm-up
   for (const auto& [name, text] : grammars) {
-    auto shared = make(text);  // one automaton for every run of this schema (as the server caches it)
+    // One automaton for every "warm" run of this schema (as the server caches it), after one
+    // earlier turn with another seed.
+    auto shared = make(text);
+    if (auto w = RunBatch(e, prompt, 1, f.tokens, 1, shared); !w.ok()) {
+      std::fprintf(stderr, "error: %s\n", w.error().message.c_str());
+      return 1;
+    }
     for (int batch : f.batches) {
-      std::vector<double> off, on;
-      double engine_grammar_s = 0;
-      int64_t engine_tokens = 0;
-      std::vector<std::vector<int32_t>> outputs;
+      struct Case {
+        const char* automaton;
+        std::vector<double> tokens_per_s;
+        double engine_grammar_s = 0;
+        int64_t engine_tokens = 0;
+        std::vector<std::vector<int32_t>> outputs;
+      };
+      std::vector<double> off;
+      Case cases[2] = {{"fresh", {}, 0, 0, {}}, {"warm", {}, 0, 0, {}}};
       for (int r = 0; r < f.repeats; ++r) {
         Progress("%s batch %d: run %d/%d\r", name.c_str(), batch, r + 1, f.repeats);
         const uint64_t seed = 1000 * static_cast<uint64_t>(r + 1);
         auto a = RunBatch(e, prompt, batch, f.tokens, seed, nullptr);
-        auto b = RunBatch(e, prompt, batch, f.tokens, seed, shared);
-        if (!a.ok() || !b.ok()) {
-          std::fprintf(stderr, "error: %s\n", (!a.ok() ? a.error() : b.error()).message.c_str());
+        if (!a.ok()) {
+          std::fprintf(stderr, "error: %s\n", a.error().message.c_str());
           return 1;
         }
         off.push_back(a->tokens_per_s);
-        on.push_back(b->tokens_per_s);
-        for (auto& o : b->outputs) outputs.push_back(o);
-        engine_grammar_s += b->grammar_seconds;
-        engine_tokens += b->tokens;
-      }
-      // Mask time alone: replay the constrained outputs, cold (fresh automaton) and warm.
-      auto cold = make(text);
-      double cold_s = 0, warm_s = 0;
-      int64_t masked = 0;
-      grammar::TokenMask mask;
-      for (int pass = 0; pass < 2; ++pass) {
-        for (const auto& out : outputs) {
-          grammar::Matcher m(cold);
-          const auto t0 = std::chrono::steady_clock::now();
-          for (size_t i = 0; i < out.size() && !m.done(); ++i) {
-            if (!m.FillMask(f.tokens - static_cast<int>(i), &mask).ok() || !m.Accept(out[i]).ok()) break;
-            if (pass == 0) ++masked;
+        for (Case& c : cases) {
+          auto b = RunBatch(e, prompt, batch, f.tokens, seed, c.automaton[0] == 'f' ? make(text) : shared);
+          if (!b.ok()) {
+            std::fprintf(stderr, "error: %s\n", b.error().message.c_str());
+            return 1;
           }
-          (pass == 0 ? cold_s : warm_s) += Seconds(t0);
+          c.tokens_per_s.push_back(b->tokens_per_s);
+          for (auto& o : b->outputs) c.outputs.push_back(o);
+          c.engine_grammar_s += b->grammar_seconds;
+          c.engine_tokens += b->tokens;
         }
       }
-      const auto st = cold->stats();
-      const double off_m = Median(off), on_m = Median(on);
-      nlohmann::json row = {{"schema", name}, {"batch", batch},
-                            {"unconstrained_tokens_per_s", off_m}, {"constrained_tokens_per_s", on_m},
-                            {"cost_share", off_m > 0 ? 1.0 - on_m / off_m : 0.0},
-                            {"mask_us_per_token_cold", masked ? 1e6 * cold_s / masked : 0.0},
-                            {"mask_us_per_token_warm", masked ? 1e6 * warm_s / masked : 0.0},
-                            {"mask_us_per_token_engine", engine_tokens ? 1e6 * engine_grammar_s / engine_tokens : 0.0},
-                            {"tokens_replayed", masked}, {"states", st.states},
-                            {"trie_walks", st.masks_computed}, {"masks_from_cache", st.masks_cached},
-                            {"greedy_walks", st.greedy_walks}, {"budget_walks", st.budget_walks},
-                            {"split_masks", st.masks_split}, {"keys", st.keys}, {"key_bytes", st.key_bytes},
-                            {"trie_nodes_per_walk", st.masks_computed + st.greedy_walks
-                                                        ? static_cast<double>(st.nodes_visited) / (st.masks_computed + st.greedy_walks)
-                                                        : 0.0},
-                            {"runs_off", off}, {"runs_on", on}};
-      j["results"].push_back(row);
+      for (const Case& c : cases) {
+        // Mask time alone: replay the constrained outputs, cold (fresh automaton) and warm.
+        auto cold = make(text);
+        double cold_s = 0, warm_s = 0;
+        int64_t masked = 0;
+        grammar::TokenMask mask;
+        for (int pass = 0; pass < 2; ++pass) {
+          for (const auto& out : c.outputs) {
+            grammar::Matcher m(cold);
+            const auto t0 = std::chrono::steady_clock::now();
+            for (size_t i = 0; i < out.size() && !m.done(); ++i) {
+              if (!m.FillMask(f.tokens - static_cast<int>(i), &mask).ok() || !m.Accept(out[i]).ok()) break;
+              if (pass == 0) ++masked;
+            }
+            (pass == 0 ? cold_s : warm_s) += Seconds(t0);
+          }
+        }
+        const auto st = cold->stats();
+        const double off_m = Median(off), on_m = Median(c.tokens_per_s);
+        nlohmann::json row = {{"schema", name}, {"batch", batch}, {"automaton", c.automaton},
+                              {"unconstrained_tokens_per_s", off_m}, {"constrained_tokens_per_s", on_m},
+                              {"cost_share", off_m > 0 ? 1.0 - on_m / off_m : 0.0},
+                              {"mask_us_per_token_cold", masked ? 1e6 * cold_s / masked : 0.0},
+                              {"mask_us_per_token_warm", masked ? 1e6 * warm_s / masked : 0.0},
+                              {"mask_us_per_token_engine", c.engine_tokens ? 1e6 * c.engine_grammar_s / c.engine_tokens : 0.0},
+                              {"tokens_replayed", masked}, {"states", st.states},
+                              {"trie_walks", st.masks_computed}, {"masks_from_cache", st.masks_cached},
+                              {"greedy_walks", st.greedy_walks}, {"budget_walks", st.budget_walks},
+                              {"split_masks", st.masks_split}, {"keys", st.keys}, {"key_bytes", st.key_bytes},
+                              {"trie_nodes_per_walk", st.masks_computed + st.greedy_walks
+                                                          ? static_cast<double>(st.nodes_visited) / (st.masks_computed + st.greedy_walks)
+                                                          : 0.0},
+                              {"runs_off", off}, {"runs_on", c.tokens_per_s}};
+        j["results"].push_back(row);
+      }
     }
   }
   if (f.json) {
@@ -193,11 +215,11 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
     return 0;
   }
   std::printf("vocab %d tokens, trie %zu nodes, max_tokens %d\n", tok.n_vocab(), index->nodes().size(), f.tokens);
-  std::printf("%-7s %5s %12s %12s %7s %10s %10s %10s %8s %10s\n", "schema", "batch", "off tok/s", "on tok/s", "cost",
-              "in engine", "mask cold", "mask warm", "states", "nodes/walk");
+  std::printf("%-7s %5s %-9s %12s %12s %7s %10s %10s %10s %8s %10s\n", "schema", "batch", "automaton", "off tok/s", "on tok/s",
+              "cost", "in engine", "mask cold", "mask warm", "states", "nodes/walk");
   for (const auto& r : j["results"]) {
-    std::printf("%-7s %5d %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8lld %10.0f\n", r["schema"].get<std::string>().c_str(),
-                r["batch"].get<int>(), r["unconstrained_tokens_per_s"].get<double>(), r["constrained_tokens_per_s"].get<double>(),
+    std::printf("%-7s %5d %-9s %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8lld %10.0f\n", r["schema"].get<std::string>().c_str(),
+                r["batch"].get<int>(), r["automaton"].get<std::string>().c_str(), r["unconstrained_tokens_per_s"].get<double>(), r["constrained_tokens_per_s"].get<double>(),
                 100 * r["cost_share"].get<double>(), r["mask_us_per_token_engine"].get<double>(), r["mask_us_per_token_cold"].get<double>(),
                 r["mask_us_per_token_warm"].get<double>(), static_cast<long long>(r["states"].get<int64_t>()),
                 r["trie_nodes_per_walk"].get<double>());
@@ -214,7 +236,7 @@ void RegisterBenchGrammar(CLI::App* bench) {
   cmd->add_option("--tokenizer", f->tokenizer, "llama2.c tokenizer file for .bin models");
   cmd->add_option("--batches", f->batches, "decode batch sizes");
   cmd->add_option("--tokens", f->tokens, "max_tokens per turn")->check(CLI::PositiveNumber);
-  cmd->add_option("--repeats", f->repeats, "A/B pairs per figure (median reported)")->check(CLI::PositiveNumber);
+  cmd->add_option("--repeats", f->repeats, "runs of each case (unconstrained, fresh automaton, warm automaton) per figure (median reported)")->check(CLI::PositiveNumber);
   cmd->add_option("--schema", f->schema_file, "a JSON Schema file instead of the built-in story and record schemas");
   cmd->add_flag("--json", f->json, "print one JSON object");
   AddRuntimeFlags(cmd, &f->runtime);
