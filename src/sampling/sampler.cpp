@@ -18,6 +18,10 @@ constexpr int32_t kHeapTopKMax = 512;
 constexpr size_t kSortMax = 1024;
 // Equal-width logit buckets for the top-k / top-p cut on large sets.
 constexpr int kBuckets = 2048;
+// A mask that allows at most n_vocab / kSparseShare tokens is sampled over those tokens alone
+// (32,000 logits: 1.4 us for 40 tokens, 25 us for 8,000, 55 us for the whole pass; past about
+// half the vocabulary the whole pass is cheaper).
+constexpr int32_t kSparseShare = 4;
 // The draw finds its block of this many weights from block sums, then scans only that block.
 constexpr size_t kDrawBlock = 1024;
 // Independent accumulators, so that reductions vectorize without reassociating a single sum.
@@ -231,7 +235,11 @@ void Sampler::ApplyPenalties(std::span<const float> logits, std::span<const int3
     // NaN would break the strict weak order of the selection; +inf would make exp(l - max) NaN.
     w[i] = std::isnan(x) ? kNegInf : std::min(x, FLT_MAX);
   }
+  ApplyBiasAndPenalties(history);
+}
 
+void Sampler::ApplyBiasAndPenalties(std::span<const int32_t> history) {
+  float* w = work_.data();
   const SamplingParams& p = params_;
   for (const auto& [id, bias] : p.logit_bias) {
     if (id < n_vocab_ && w[id] != kNegInf) w[id] += bias;  // ids are checked by Create; skip rather than trust
@@ -310,25 +318,74 @@ std::span<const float> Sampler::PenalizedLogits(std::span<const float> logits,
   return work_;
 }
 
+int32_t Sampler::AllowedCandidates(std::span<const float> logits, std::span<const int32_t> history,
+                                   std::span<const uint64_t> allowed) {
+  MNEMO_CHECK(allowed.size() * 64 >= static_cast<size_t>(n_vocab_));
+  const size_t words = (static_cast<size_t>(n_vocab_) + 63) / 64;
+  int32_t n = 0;
+  for (size_t i = 0; i < words; ++i) n += std::popcount(allowed[i]);
+  if (n == 0 || n > n_vocab_ / kSparseShare) return -1;
+  // The same values the whole pass would give these tokens: sanitized, then bias and penalties
+  // (which may also write to refused tokens' stale entries of work_; nothing reads those).
+  float* w = work_.data();
+  cand_.clear();
+  for (size_t i = 0; i < words; ++i) {
+    for (uint64_t bits = allowed[i]; bits; bits &= bits - 1) {
+      const int32_t id = static_cast<int32_t>(i * 64) + std::countr_zero(bits);
+      if (id >= n_vocab_) break;
+      const float x = logits[id];
+      w[id] = std::isnan(x) ? kNegInf : std::min(x, FLT_MAX);
+      cand_.push_back({0.0f, id});
+    }
+  }
+  ApplyBiasAndPenalties(history);
+  for (TokenLogit& c : cand_) c.logit = w[c.id];
+  return static_cast<int32_t>(cand_.size());
+}
+
 int32_t Sampler::Sample(std::span<const float> logits, std::span<const int32_t> history,
                         std::span<const uint64_t> allowed) {
-  PenalizedLogits(logits, history, allowed);
-  const float* w = work_.data();
-
-  // Argmax, lowest id on ties: the greedy answer, and the only sensible one when every logit is
-  // -inf. top_k = 1 keeps exactly this token whatever the temperature.
-  const float max_logit = MaxValue(w, n_vocab_);
-  const int32_t best = static_cast<int32_t>(std::find(w, w + n_vocab_, max_logit) - w);
+  MNEMO_CHECK_MSG(static_cast<int>(logits.size()) == n_vocab_,
+                  "logits size " + std::to_string(logits.size()) + " != n_vocab " +
+                      std::to_string(n_vocab_));
   const SamplingParams& p = params_;
-  if (max_logit == kNegInf && !allowed.empty()) {
-    for (int32_t i = 0; i < n_vocab_; ++i)
-      if ((allowed[i >> 6] >> (i & 63)) & 1) return i;
-  }
-  if (p.temperature == 0.0f || p.top_k == 1 || max_logit == kNegInf) return best;
-
-  // The candidate set starts as all of work_ and becomes cand_ once a filter narrows it.
+  // The candidate set: all of work_ (all), or cand_ once a filter (or a sparse mask) narrows it.
   bool all = true;
-  if (p.top_k > 0 && p.top_k < n_vocab_) {
+  float max_logit;
+  int32_t best;
+  if (!allowed.empty() && AllowedCandidates(logits, history, allowed) > 0) {
+    // A grammar's mask that keeps few tokens (a number's digits, a key's next bytes): the passes
+    // below run over those alone, in id order. Sampling over 32,000 logits is ~50 us of a 0.6 ms
+    // decode step on a 25M model (AMD EPYC, one thread).
+    all = false;
+    max_logit = kNegInf;
+    best = cand_[0].id;  // every allowed logit -inf: the lowest allowed id
+    for (const TokenLogit& c : cand_) {
+      if (c.logit > max_logit) {
+        max_logit = c.logit;
+        best = c.id;
+      }
+    }
+    if (p.temperature == 0.0f || p.top_k == 1 || max_logit == kNegInf) return best;
+    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cand_.size()) {
+      std::nth_element(cand_.begin(), cand_.begin() + (p.top_k - 1), cand_.end(), Better);
+      cand_.resize(p.top_k);
+    }
+  } else {
+    PrepareLogits(logits, history, allowed);
+    const float* w = work_.data();
+    // Argmax, lowest id on ties: the greedy answer, and the only sensible one when every logit
+    // is -inf. top_k = 1 keeps exactly this token whatever the temperature.
+    max_logit = MaxValue(w, n_vocab_);
+    best = static_cast<int32_t>(std::find(w, w + n_vocab_, max_logit) - w);
+    if (max_logit == kNegInf && !allowed.empty()) {
+      for (int32_t i = 0; i < n_vocab_; ++i)
+        if ((allowed[i >> 6] >> (i & 63)) & 1) return i;
+    }
+    if (p.temperature == 0.0f || p.top_k == 1 || max_logit == kNegInf) return best;
+  }
+  const float* w = work_.data();
+  if (all && p.top_k > 0 && p.top_k < n_vocab_) {
     if (p.top_k <= kHeapTopKMax) {
       HeapTopK(p.top_k);
     } else {

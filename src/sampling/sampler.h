@@ -48,7 +48,8 @@ struct SamplingParams {
 // the first) and its own Rng, so a seed reproduces a whole generation.
 // Cost per call is O(n_vocab) whatever the filters: top-k and top-p find their cut with a
 // histogram over logit buckets (or a heap for small k) and sort only the tokens of the one bucket
-// the cut falls in; nothing sorts the vocabulary.
+// the cut falls in; nothing sorts the vocabulary. A grammar's mask that keeps few tokens (at most
+// a quarter of the vocabulary) makes it O(allowed tokens + n_vocab / 64).
 class Sampler {
  public:
   // `params` must pass Validate() (checked: call Create() to get an Error instead); n_vocab > 0.
@@ -86,6 +87,13 @@ class Sampler {
                      std::span<const uint64_t> allowed);
   // Copies logits into work_ (sanitized) and applies the penalties over the history window.
   void ApplyPenalties(std::span<const float> logits, std::span<const int32_t> history);
+  // logit_bias and the penalties, on work_ in place.
+  void ApplyBiasAndPenalties(std::span<const int32_t> history);
+  // When `allowed` keeps at most n_vocab / kSparseShare tokens (and at least one): cand_ = those
+  // tokens in id order with their logits as PrepareLogits would leave them, and returns their
+  // count; else -1, nothing done. O(allowed tokens + n_vocab / 64).
+  int32_t AllowedCandidates(std::span<const float> logits, std::span<const int32_t> history,
+                            std::span<const uint64_t> allowed);
   // cand_ = the k best tokens of work_, in heap order. For small k.
   void HeapTopK(int32_t k);
   // Draws from softmax((l - max_logit) / T) over all of work_ (all = true) or over cand_.

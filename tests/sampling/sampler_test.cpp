@@ -535,5 +535,62 @@ TEST(Sampler, MaskKeepsDrawsAmongAllowedTokens) {
   EXPECT_EQ(s.Sample(dead, {}, allowed), 3);
 }
 
+// A mask keeping few tokens is sampled over those alone, a larger one over the whole row: both
+// must draw from softmax(penalized logits / T) over the filters' kept set among the allowed
+// tokens, with biases and penalties applied as the whole pass applies them.
+TEST(Sampler, SparseAndDenseMasksDrawTheSameDistribution) {
+  const int n_vocab = 2000;
+  const std::vector<float> l = RandomLogits(n_vocab, 91, 2.0);
+  std::vector<int32_t> history;
+  for (int i = 0; i < 30; ++i) history.push_back((i * 37) % n_vocab);
+  for (const int step : {97, 3}) {  // ~20 allowed tokens (sparse), ~670 (dense)
+    std::vector<uint64_t> allowed((n_vocab + 63) / 64, 0);
+    for (int i = 0; i < n_vocab; i += step) allowed[i >> 6] |= uint64_t{1} << (i & 63);
+    std::vector<SamplingParams> configs(5);
+    configs[0].temperature = 0;
+    configs[1].temperature = 1.2f;
+    configs[2].top_k = 5;
+    configs[2].repetition_penalty = 1.3f;
+    configs[3].top_p = 0.8f;
+    configs[3].frequency_penalty = 0.5f;
+    configs[3].logit_bias = {{0, 3.0f}, {97, -2.0f}, {1, 50.0f}};  // 1 is refused: no effect
+    configs[4].min_p = 0.1f;
+    configs[4].temperature = 0.7f;
+    for (SamplingParams p : configs) {
+      p.seed = 17;
+      // The reference: the whole pass's logits (refused tokens -inf), the filters' kept set.
+      Sampler ref(p, n_vocab);
+      const auto pl = ref.PenalizedLogits(l, history, allowed);
+      std::vector<float> w(pl.begin(), pl.end());
+      std::vector<int> kept;
+      for (int id : RefKept(w, p)) {
+        if (w[id] != -kInf) kept.push_back(id);
+      }
+      ASSERT_FALSE(kept.empty());
+      Sampler s(p, n_vocab);
+      if (p.temperature == 0) {
+        EXPECT_EQ(s.Sample(l, history, allowed), kept[0]) << "step " << step;
+        continue;
+      }
+      std::vector<int> slot(n_vocab, -1);
+      for (size_t i = 0; i < kept.size(); ++i) slot[kept[i]] = static_cast<int>(i);
+      std::vector<double> q(kept.size());
+      double z = 0;
+      for (size_t i = 0; i < kept.size(); ++i) z += q[i] = std::exp((w[kept[i]] - w[kept[0]]) / p.temperature);
+      for (double& x : q) x /= z;
+      const int n = 20000;
+      std::vector<int> counts(kept.size(), 0);
+      for (int i = 0; i < n; ++i) {
+        const int tok = s.Sample(l, history, allowed);
+        ASSERT_GE(slot[tok], 0) << "token " << tok << " outside the kept set, step " << step;
+        ++counts[slot[tok]];
+      }
+      if (kept.size() > 1) {
+        EXPECT_LT(ChiSquare(counts, q, n), 3.0 * kept.size() + 20) << "step " << step << " kept " << kept.size();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mnemo
