@@ -628,7 +628,8 @@ int32_t Automaton::GroupEnds(const Group& g) {
   return gi;
 }
 
-bool Automaton::CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w, std::vector<std::pair<int32_t, int32_t>>* out) {
+template <class Fn>
+bool Automaton::EachKeyEnd(StateId s, Fn&& fn) {
   if (!Split(s, &groups_)) return false;
   for (const Group& g : groups_) {
     const int32_t gi = GroupEnds(g);
@@ -638,36 +639,35 @@ bool Automaton::CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w,
       if (k.ends[e].second > g.s || group_ends_[gi][e] == kDead) continue;
       const int32_t c = states_[group_ends_[gi][e]].cost;  // known: one of s's end states (MaxEndCost)
       if (c < 0) return false;
-      if (c <= above) continue;
-      for (int32_t x = k.end_tokens[e]; x < k.end_tokens[e + 1] && k.tokens[x].first <= g.s; ++x) {
-        if (out->size() > limit) return true;
-        out->push_back({c, k.tokens[x].second});
-      }
+      const auto* begin = k.tokens.data() + k.end_tokens[e];
+      const auto* end = k.tokens.data() + k.end_tokens[e + 1];
+      // By length: the group's level decides the tokens of at most g.s bytes.
+      end = std::partition_point(begin, end, [&](const std::pair<int32_t, int32_t>& t) { return t.first <= g.s; });
+      fn(c, begin, end);
     }
   }
+  return true;
+}
+
+bool Automaton::CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w, std::vector<std::pair<int32_t, int32_t>>* out) {
+  const bool ok = EachKeyEnd(s, [&](int32_t c, const std::pair<int32_t, int32_t>* t, const std::pair<int32_t, int32_t>* end) {
+    if (c <= above) return;
+    for (; t < end && out->size() <= limit; ++t) out->push_back({c, t->second});
+  });
+  if (!ok) return false;
+  if (out->size() > limit) return true;  // too many to list: the caller gives up on the list
   Collect collect{out, above, limit};
   Walk(s, Grammar::kFar, w, /*info=*/false, &collect, &groups_);
   return !overflow_;
 }
 
 bool Automaton::FilterSplit(StateId s, int32_t allow, uint64_t* w) {
-  if (!Split(s, &groups_)) return false;
   std::memset(w, 0, words_ * sizeof(uint64_t));
-  for (const Group& g : groups_) {
-    const int32_t gi = GroupEnds(g);
-    if (gi < 0) return false;
-    const Key& k = keys_[g.key];
-    for (size_t e = 0; e < k.ends.size(); ++e) {
-      if (k.ends[e].second > g.s || group_ends_[gi][e] == kDead) continue;
-      const int32_t c = states_[group_ends_[gi][e]].cost;
-      if (c < 0) return false;
-      if (c > allow) continue;
-      for (int32_t x = k.end_tokens[e]; x < k.end_tokens[e + 1] && k.tokens[x].first <= g.s; ++x) {
-        const int32_t id = k.tokens[x].second;
-        w[id >> 6] |= uint64_t{1} << (id & 63);
-      }
-    }
-  }
+  const bool ok = EachKeyEnd(s, [&](int32_t c, const std::pair<int32_t, int32_t>* t, const std::pair<int32_t, int32_t>* end) {
+    if (c > allow) return;
+    for (; t < end; ++t) w[t->second >> 6] |= uint64_t{1} << (t->second & 63);
+  });
+  if (!ok) return false;
   Walk(s, allow, w, /*info=*/false, nullptr, &groups_);
   return !overflow_;
 }

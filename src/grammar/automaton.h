@@ -208,6 +208,11 @@ class Automaton {
     int32_t above;
     size_t limit;
   };
+  // Calls fn(cost, begin, end) for each end state of s's keys' accepted tokens: its TokensToEnd
+  // (known: MaxEndCost(s) first) and those tokens, (length, token) pairs. false when s is not
+  // split, a limit was hit or a cost is unknown (fn may have been called for some ends).
+  template <class Fn>
+  bool EachKeyEnd(StateId s, Fn&& fn);
   // The same list for s from its keys' end states and a walk of the uncertain rest (w: s's base
   // mask, unchanged); false when s is not split (or a limit was hit).
   bool CostlySplit(StateId s, int32_t above, size_t limit, uint64_t* w, std::vector<std::pair<int32_t, int32_t>>* out);
