@@ -8,6 +8,7 @@
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
+#include "split_walks.h"
 
 namespace mnemo::grammar {
 namespace {
@@ -242,38 +243,23 @@ TEST(Matcher, MasksEqualBruteForceAlongRandomWalks) {
   EXPECT_GT(st.masks_cached, 0);
 }
 
-// Walks the same random paths through two automata of one grammar, one with per-element masks
-// and one walking every new state whole, and requires equal masks at every step, budgets from
-// unbounded down to below the start's cost (the budget's edge is where the end states matter).
+// The same random paths through two automata of one grammar, split and whole: equal masks at
+// every step, budgets from unbounded down to below the start's cost (the budget's edge is where
+// the end states matter).
 void ExpectSplitMasksEqual(const std::string& text, const std::shared_ptr<const TokenIndex>& idx, int walks, uint64_t seed) {
   auto a = Make(text, idx);
-  auto ref = Make(text, idx);
-  ASSERT_TRUE(a && ref);
-  ref->set_split_masks(false);
+  auto whole = Make(text, idx);
+  ASSERT_TRUE(a && whole);
+  whole->set_split_masks(false);
   Rng rng(seed);
-  const int32_t cost = ref->TokensToEnd(ref->Start());
-  for (int walk = 0; walk < walks; ++walk) {
-    const int kinds[] = {INT_MAX, cost + walk % 4, cost + 12, std::max(1, cost - 1), 2 * cost + 5};
-    const int budget0 = kinds[walk % 5];
-    const int steps = budget0 == INT_MAX ? 60 : budget0;
-    Matcher m(a), r(ref);
-    std::string out;
-    for (int step = 0; step < steps && !m.done() && !m.final(); ++step) {
-      const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
-      TokenMask mask, want;
-      ASSERT_TRUE(m.FillMask(budget, &mask).ok());
-      ASSERT_TRUE(r.FillMask(budget, &want).ok());
-      ASSERT_EQ(mask, want) << "after '" << out << "' budget " << budget << " (walk " << walk << ")\n" << text;
-      std::vector<int32_t> allowed;
-      for (int32_t t = 0; t < idx->n_vocab(); ++t)
-        if (MaskHas(mask, t) && !idx->is_eog(t)) allowed.push_back(t);
-      if (allowed.empty()) break;
-      const int32_t t = allowed[rng.Next() % allowed.size()];
-      ASSERT_TRUE(m.Accept(t).ok());
-      ASSERT_TRUE(r.Accept(t).ok());
-      out += idx->piece(t);
-    }
-  }
+  test::ExpectSplitMasksEqual(
+      a, whole, walks,
+      [](int walk, int cost) {
+        const int kinds[] = {INT_MAX, cost + walk % 4, cost + 12, std::max(1, cost - 1), 2 * cost + 5};
+        return kinds[walk % 5];
+      },
+      60, rng, text);
+  if (::testing::Test::HasFatalFailure()) return;
   const auto st = a->stats();
   EXPECT_GT(st.masks_split, 0) << text;
   EXPECT_GT(st.keys, 0) << text;

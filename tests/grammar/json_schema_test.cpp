@@ -11,6 +11,7 @@
 #include "grammar/automaton.h"
 #include "grammar/json_schema.h"
 #include "schema_validator.h"
+#include "split_walks.h"
 #include "tokenizer/tokenizer.h"
 
 namespace mnemo::grammar {
@@ -141,31 +142,16 @@ void CheckSplitMasks(const std::string& vocab_file, int walks_per_schema, uint64
       EXPECT_TRUE(g.ok());
       return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
     };
-    auto a = make(), ref = make();
-    ref->set_split_masks(false);
-    const int32_t cost = ref->TokensToEnd(ref->Start());
-    for (int w = 0; w < walks_per_schema; ++w) {
-      const int kinds[] = {INT_MAX, 64, cost + w % 3, std::max(1, cost - 2), cost + 10};
-      const int budget0 = kinds[w % 5];
-      Matcher m(a), r(ref);
-      std::string out;
-      TokenMask mask, want;
-      std::vector<int32_t> allowed;
-      for (int step = 0; step < (budget0 == INT_MAX ? 80 : budget0) && !m.done() && !m.final(); ++step) {
-        const int budget = budget0 == INT_MAX ? INT_MAX : budget0 - step;
-        ASSERT_TRUE(m.FillMask(budget, &mask).ok());
-        ASSERT_TRUE(r.FillMask(budget, &want).ok());
-        ASSERT_TRUE(mask == want) << "after '" << out << "' budget " << budget << "\nschema " << schema.dump();
-        allowed.clear();
-        for (int32_t t = 0; t < idx->n_vocab(); ++t)
-          if (MaskHas(mask, t) && !idx->is_eog(t)) allowed.push_back(t);
-        if (allowed.empty()) break;
-        const int32_t t = allowed[rng.Next() % allowed.size()];
-        ASSERT_TRUE(m.Accept(t).ok());
-        ASSERT_TRUE(r.Accept(t).ok());
-        out += idx->piece(t);
-      }
-    }
+    auto a = make(), whole = make();
+    whole->set_split_masks(false);
+    test::ExpectSplitMasksEqual(
+        a, whole, walks_per_schema,
+        [](int w, int cost) {
+          const int kinds[] = {INT_MAX, 64, cost + w % 3, std::max(1, cost - 2), cost + 10};
+          return kinds[w % 5];
+        },
+        80, rng, "schema " + schema.dump());
+    if (::testing::Test::HasFatalFailure()) return;
     EXPECT_GT(a->stats().masks_split, 0) << schema.dump();
   }
 }
