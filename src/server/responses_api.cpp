@@ -180,20 +180,23 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   }
   std::optional<StoredConversation> conv;
   if (conv_id) {
-    // A conversation is append-only: its turns continue one another, never fork. On a shared store
-    // another replica may be running a turn on it, holding its session's turn lock until its
-    // commit: the lock is taken before the items are read, and the conversation read again under
-    // it, so a turn that waited reads the other turn's items and continues after them. (A
-    // conversation that moved to another session meanwhile: that one's lock, a few times at most;
-    // past that the commit's compare-and-set still guards the session.)
+    // A conversation is append-only: its turns continue one another, never fork. Another turn (on
+    // another replica, or another request here) may be running on it, holding its session's turn
+    // lock until its commit: the lock is taken before the items are read, and the conversation
+    // read again under it, so a turn that waited reads the other turn's items and continues after
+    // them. Before its first turn commits a conversation has no session: its first turns take the
+    // conversation's own lock, so that only one of them starts it. (A conversation that moved to
+    // another session meanwhile: that one's lock, a few times at most; past that the commit's
+    // compare-and-set still guards the session.)
     for (int attempt = 0;; attempt++) {
       auto c = store->GetConversation(*conv_id, owner);
       if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
       if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
       conv = **c;
-      if (!conv->session_id || (spec.lock && spec.lock->id() == *conv->session_id) || attempt == 3) break;
-      spec.lock.reset();  // releases the lock of the session it pointed at before
-      auto l = service_.LockStored(*conv->session_id);
+      const int64_t lock_id = conv->session_id ? *conv->session_id : ConversationLockId(*conv_id);
+      if ((spec.lock && spec.lock->id() == lock_id) || attempt == 3) break;
+      spec.lock.reset();  // releases the lock it read the conversation under before
+      auto l = service_.LockStored(lock_id);
       if (auto* e = std::get_if<ApiError>(&l)) return http::SendError(res, *e);
       spec.lock = std::move(std::get<std::shared_ptr<TurnLock>>(l));
       if (!spec.lock) break;  // no lock to take: the conversation just read is the one to continue

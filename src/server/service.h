@@ -125,8 +125,8 @@ struct TurnSpec {
   std::shared_ptr<TurnLock> lock;
 };
 
-// A stored session's turn lock on a shared store (Store::TryLockTurn): taken before a turn that
-// continues the session probes it, released when the turn commits or fails (Service::Commit), or
+// A turn lock (Store::TryLockTurn): a stored session's on a shared store, taken before a turn that
+// continues the session probes it, or a conversation's (Service::LockStored, any store), released when the turn commits or fails (Service::Commit), or
 // else when the last copy of its StartedTurn goes. n > 1 choices share their prompt's lock
 // (Service::StartChoices): each choice is one more holder, and the lock goes with the last
 // holder's Release, so that no other replica's turn lands between the prompt's commit and the
@@ -263,8 +263,7 @@ class Service : public ServedModel {
   // before serving (ApiServer counts them in /metrics).
   using SyncObserver = std::function<void(const char* result, double probe_seconds)>;
   void SetSyncObserver(SyncObserver fn) { on_sync_ = std::move(fn); }
-  // Told of every turn lock taken on a shared store (LockTurn): "free", "waited" (another
-  // replica's turn held it), "timeout" (it still did after ServiceConfig::turn_lock_wait_s: the
+  // Told of every turn lock taken (LockTurn): "free", "waited" (another turn held it), "timeout" (it still did after ServiceConfig::turn_lock_wait_s: the
   // request got 409) or "unavailable" (the store could not be asked: the turn went on without), and
   // how long the request waited, in seconds.
   using LockObserver = std::function<void(const char* result, double wait_seconds)>;
@@ -285,11 +284,13 @@ class Service : public ServedModel {
   // Picks or makes the session and submits the turn (selecting turns first when the request, or
   // the server default, sets a context budget, or when truncation must shorten the context).
   ApiResult<StartedTurn> Start(TurnSpec spec);
-  // Conversations API on a shared store: takes stored session id's turn lock (waiting for another
-  // replica's turn on it to commit, as Start does) before the caller reads the conversation's
-  // items, so that a turn that waited reads the other turn's items and continues after them; pass
-  // it in TurnSpec::lock. Null when there is no lock to take (no shared store, or the store could
-  // not be asked). Errors: 409 session_conflict past ServiceConfig::turn_lock_wait_s.
+  // Conversations API: takes the turn lock `id` names (a stored session's, or a conversation's
+  // with no session yet: ConversationLockId), waiting for the turn holding it (on another replica,
+  // or another request of this one) to commit, before the caller reads the conversation's items,
+  // so that a turn that waited reads the other turn's items and continues after them; pass it in
+  // TurnSpec::lock. Any store: SQLite's lock serialises a conversation's turns within this
+  // process, PostgreSQL's across replicas. Null when there is no lock to take (no store, or the
+  // store could not be asked). Errors: 409 session_conflict past ServiceConfig::turn_lock_wait_s.
   ApiResult<std::shared_ptr<TurnLock>> LockStored(int64_t id);
   // The Responses API's fast path: the turn after stored response `response_id` of spec.owner,
   // spec.messages holding only the new input items' messages and spec.instructions the request's.
@@ -344,10 +345,11 @@ class Service : public ServedModel {
   // lock: the turn lock taken for the session planned before (kept when the plan continues it again).
   ApiResult<StartedTurn> StartRendered(TurnSpec spec, int64_t synced = -1, int depth = 0,
                                        std::shared_ptr<TurnLock> lock = nullptr);
-  // Takes stored session id's turn lock on a shared store, polling while another replica's turn
-  // holds it, at most ServiceConfig::turn_lock_wait_s; *waited tells whether it had to wait (the
-  // session then moved: the caller probes it). Null when there is no lock to take (no shared
-  // store, or the store could not be asked: the compare-and-set still guards the commit).
+  // Takes turn lock id (Store::TryLockTurn), polling while another turn (another replica's, or,
+  // on any store, another request's of this one) holds it, at most ServiceConfig::turn_lock_wait_s; *waited tells whether it had to wait (the
+  // session then moved: the caller probes it). Null when there is no lock to take (no store, or
+  // the store could not be asked: the compare-and-set still guards the commit). Start and the
+  // fast paths take it on a shared store only: on one process the busy mark does its work.
   // Errors: kAborted when the wait ran out. Runs on the request's thread, never the engine's.
   Result<std::shared_ptr<TurnLock>> LockTurn(int64_t id, bool* waited);
   // A change notice from another replica (Store::Watch, the store's listener thread): a copy held

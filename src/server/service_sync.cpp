@@ -22,6 +22,11 @@ std::vector<Turn> EngineTurns(const std::vector<StoredTurn>& stored, int64_t fro
   return turns;
 }
 
+// What a turn lock's id names, for logs: a session, or a conversation that has none yet.
+std::string LockName(int64_t id) {
+  return id > 0 ? "session " + std::to_string(id) : "a conversation's first turn";
+}
+
 }  // namespace
 
 Status Service::Adopt(StoredSession&& ss) {
@@ -240,7 +245,7 @@ Service::Sync Service::SyncSession(int64_t id, const std::string& owner, bool lo
 
 Result<std::shared_ptr<TurnLock>> Service::LockTurn(int64_t id, bool* waited) {
   *waited = false;
-  if (!Probes()) return std::shared_ptr<TurnLock>();
+  if (!store_) return std::shared_ptr<TurnLock>();
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(config_.turn_lock_wait_s);
   // Polled: a try is one round trip on the store's lock connection, which a blocking wait would
@@ -250,14 +255,14 @@ Result<std::shared_ptr<TurnLock>> Service::LockTurn(int64_t id, bool* waited) {
   for (;;) {
     auto got = store_->TryLockTurn(id);
     if (!got.ok()) {
-      spdlog::warn("session {}: cannot take its turn lock ({}): {}; the turn goes on without it", id,
+      spdlog::warn("{}: cannot take its turn lock ({}): {}; the turn goes on without it", LockName(id),
                    StatusCodeName(got.error().code), got.error().message);
       if (on_lock_) on_lock_("unavailable", SecondsSince(t0));
       return std::shared_ptr<TurnLock>();
     }
     if (*got) {
       const double s = SecondsSince(t0);
-      if (*waited) spdlog::info("session {}: waited {:.3f} s for a turn another replica ran on it", id, s);
+      if (*waited) spdlog::info("{}: waited {:.3f} s for a turn that held its lock", LockName(id), s);
       if (on_lock_) on_lock_(*waited ? "waited" : "free", s);
       return std::make_shared<TurnLock>(store_, id);
     }
@@ -265,10 +270,10 @@ Result<std::shared_ptr<TurnLock>> Service::LockTurn(int64_t id, bool* waited) {
     if (now >= deadline) {
       const double s = SecondsSince(t0);
       if (on_lock_) on_lock_("timeout", s);
-      spdlog::info("session {}: another replica's turn still held it after {:.3f} s: refused", id, s);
+      spdlog::info("{}: another turn still held its lock after {:.3f} s: refused", LockName(id), s);
       return MakeError(StatusCode::kAborted,
-                       "this conversation has a turn in progress on another replica, which did not finish within "
-                       "%.1f s; retry once it has",
+                       "this conversation has a turn in progress on this or another replica, which did not finish "
+                       "within %.1f s; retry once it has",
                        config_.turn_lock_wait_s);
     }
     *waited = true;

@@ -264,6 +264,16 @@ Status SqliteStore::CheckWritable() {
                    static_cast<unsigned long long>(kMinFreeBytes >> 10));
 }
 
+Result<bool> SqliteStore::TryLockTurn(int64_t id) {
+  std::lock_guard lock(turn_mu_);
+  return turn_locked_.insert(id).second;
+}
+
+void SqliteStore::UnlockTurn(int64_t id) {
+  std::lock_guard lock(turn_mu_);
+  turn_locked_.erase(id);
+}
+
 SqliteStore::~SqliteStore() {
   // Close the reader first so the writer's close can checkpoint and remove the -wal file.
   reader_.reset();

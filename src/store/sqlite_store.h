@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 
 #include "store/store.h"
 
@@ -53,6 +54,9 @@ class SqliteStore final : public Store {
   Result<int64_t> DeleteAllSessions() override;
   Result<bool> HasSessions() override;
   Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
+  // In memory: one process writes the file, so a lock within it is the whole lock.
+  Result<bool> TryLockTurn(int64_t id) override;
+  void UnlockTurn(int64_t id) override;
   Result<std::vector<std::string>> CommitTurn(const TurnCommit& c) override;
   Status PutResponse(const StoredResponse& r) override;
   Result<std::optional<StoredResponse>> GetResponse(const std::string& id, const std::string& owner) override;
@@ -100,6 +104,8 @@ class SqliteStore final : public Store {
   std::unique_ptr<sqlite::Db> writer_;  // every write goes through this connection
   std::mutex read_mu_;                  // guards reader_
   std::unique_ptr<sqlite::Db> reader_;  // query_only connection for reads
+  std::mutex turn_mu_;                  // guards turn_locked_
+  std::unordered_set<int64_t> turn_locked_;  // ids whose turn lock a turn of this process holds
 };
 
 }  // namespace mnemo

@@ -73,6 +73,11 @@ std::vector<uint64_t> PrefixHashes(uint64_t seed, std::span<const int32_t> token
 
 // ---- ids, clock ----
 
+int64_t ConversationLockId(std::string_view conversation_id) {
+  const uint64_t h = XXH3_64bits(conversation_id.data(), conversation_id.size());
+  return -1 - static_cast<int64_t>(h >> 1);
+}
+
 std::string NewId(std::string_view prefix) {
   uint8_t bytes[16];
   size_t got = 0;

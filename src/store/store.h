@@ -56,6 +56,12 @@ std::string SanitizeAffinityKey(std::string_view raw);
 // The key an id carries ("" for an id minted without one, or not minted by mnemo).
 std::string AffinityKeyOf(std::string_view id);
 
+// The turn lock (Store::TryLockTurn) of a conversation that has no session yet: its first turns
+// take it, as later turns take their session's, so that two first turns (on two replicas, or two
+// requests on one) do not both start the conversation (issue 14). Negative, so never a session's:
+// -1 - (XXH3-64 of the id, top bit cleared).
+int64_t ConversationLockId(std::string_view conversation_id);
+
 // Wall clock, unix seconds (what the store writes into created_at / updated_at).
 double UnixNow();
 
@@ -337,7 +343,10 @@ class Store {
   // holds it. PostgreSQL: a session-level advisory lock on a connection of its own, which the
   // server releases when that connection drops (a replica killed mid-turn holds nothing). A
   // lock lost with its connection is not re-taken: the compare-and-set stays the guard. This
-  // default (one writer process): always true. Cost: one round trip. Errors: kUnavailable.
+  // SQLite (one process): the same lock within the process (turns of one conversation on two
+  // request threads), held in memory. This default: always true.
+  // Cost: one round trip (PostgreSQL), a mutex (SQLite). Errors: kUnavailable.
+  // Any id may be locked: ConversationLockId's (negative) name a conversation with no session yet.
   virtual Result<bool> TryLockTurn(int64_t id) { (void)id; return true; }
   virtual void UnlockTurn(int64_t id) { (void)id; }
   // Calls fn, on a thread of the store's, for each change that another process sharing the store

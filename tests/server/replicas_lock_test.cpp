@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -125,6 +126,58 @@ TEST_F(Replicas, ConversationTurnWaitsForTheTurnRunningOnTheOtherReplica) {
   ASSERT_TRUE(r1.is_object());
   SecondTurnContinuesTheRunningOne(*a_, *b_, db_, cid, {"Tell me a story about a cat.", Text(r1)});
   EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
+// Two first turns of a conversation that has no session yet, on two replicas: the second waits for
+// the conversation's own lock and continues after the first. The old code took no lock before a
+// conversation had a session: both turns started it, each from an empty history, and the second's
+// items were listed after the first's though its reply never saw them.
+TEST_F(Replicas, FirstTurnsOfAConversationOnTwoReplicasTakeTurns) {
+  ASSERT_NO_FATAL_FAILURE(StartTwo(kLongTurn));
+  const std::string cid = a_->Post("/v1/conversations", Json::object()).value("id", "");
+  ASSERT_FALSE(cid.empty());
+  SecondTurnContinuesTheRunningOne(*a_, *b_, db_, cid, {});
+  EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
+// The same with both first turns on one replica (two requests).
+TEST_F(Replicas, FirstTurnsOfAConversationOnOneReplicaTakeTurns) {
+  auto a = LongTurnReplica(db_);
+  ASSERT_GT(a->proc.port(), 0) << a->proc.log();
+  const std::string cid = a->Post("/v1/conversations", Json::object()).value("id", "");
+  ASSERT_FALSE(cid.empty());
+  SecondTurnContinuesTheRunningOne(*a, *a, db_, cid, {});
+  EXPECT_EQ(AdvisoryLocks(db_), 0) << "a turn lock outlived its turn";
+}
+
+// SQLite, one process: a conversation's turns take the same lock in memory. Two first turns of a
+// conversation at once, and two later turns of another (it has a session then): each second turn
+// waits and continues after the first. The old code took no lock without a shared store: the
+// second turn started afresh, or forked the history it found (the running turn's not in it).
+TEST(SqliteTurnLock, ConversationTurnsInOneProcessTakeTurns) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("mnemo-lock-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "s.db").string();
+  {
+    std::vector<std::string> flags = {"--db", db};
+    flags.insert(flags.end(), kLongTurn.begin(), kLongTurn.end());
+    Replica a(flags);
+    ASSERT_GT(a.proc.port(), 0) << a.proc.log();
+    const std::string first = a.Post("/v1/conversations", Json::object()).value("id", "");
+    const std::string later = a.Post("/v1/conversations", Json::object()).value("id", "");
+    ASSERT_FALSE(first.empty() || later.empty());
+    {
+      SCOPED_TRACE("first turns");
+      SecondTurnContinuesTheRunningOne(a, a, db, first, {});
+    }
+    Json t1 = Turn("Tell me a story about a cat.");
+    t1["conversation"] = later;
+    Json r1 = a.Post("/v1/responses", t1);
+    ASSERT_TRUE(r1.is_object());
+    SCOPED_TRACE("later turns");
+    SecondTurnContinuesTheRunningOne(a, a, db, later, {"Tell me a story about a cat.", Text(r1)});
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // n > 1 choices continuing a stored session: the prompt is committed first, then choice 0 appends
