@@ -371,9 +371,10 @@ class Service : public ServedModel {
   // primary-key probe when the copy is fresh; a stale one also reads the session's log.
   Sync SyncSession(int64_t id, const std::string& owner, bool load);
   // The stored session of owner whose log shares more full chunks with tokens (the request's whole
-  // rendering) than `held` tokens, the most this replica's own sessions share (Store::FindPrefix:
-  // the prefix index), or -1. What it names is only a candidate: once loaded, the longest-prefix
-  // match compares its tokens. Cost: hashing the tokens once, one statement.
+  // rendering; or, when none does, a short log's whole) than `held` tokens, the most this
+  // replica's own sessions share (Store::FindPrefix: the prefix index), or -1. What it names is
+  // only a candidate: once loaded, the longest-prefix match compares its tokens. Cost: hashing the
+  // tokens once (and at most 31 short prefixes), one statement.
   int64_t FindStored(const std::string& owner, std::span<const int32_t> tokens, size_t held);
   // Whether stored session id, as this replica holds it, is still the stored log: one probe. True
   // when nothing can be probed (no shared store, not stored, the store unreachable: its commit

@@ -72,9 +72,11 @@ bool Service::FreshInStore(int64_t id) {
 }
 
 int64_t Service::FindStored(const std::string& owner, std::span<const int32_t> tokens, size_t held) {
-  if (tokens.size() < static_cast<size_t>(kPrefixChunk)) return -1;
+  if (tokens.empty()) return -1;
   const auto t0 = std::chrono::steady_clock::now();
-  auto m = store_->FindPrefix(owner, PrefixHashes(PrefixSeed(owner), tokens));
+  // The short marks too: a history under a chunk (or one whose session is) has no full chunk.
+  const uint64_t seed = PrefixSeed(owner);
+  auto m = store_->FindPrefix(owner, PrefixHashes(seed, tokens), ShortPrefixHashes(seed, tokens));
   if (!m.ok()) {  // the turn goes on with what this replica holds
     spdlog::warn("cannot look the request's history up in the store's prefix index ({}): {}",
                  StatusCodeName(m.error().code), m.error().message);

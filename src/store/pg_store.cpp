@@ -136,7 +136,8 @@ std::string BigintArray(std::span<const uint64_t> v) {
 }
 
 // A session's row, locked, with what marking its log needs (the prefix index, store.h): owner,
-// n_tokens, the last mark's n_tokens and hash, and the tokens from that mark up to position $2.
+// n_tokens, the last full mark's n_tokens and hash (short marks are no links of the chain), and
+// the tokens from that mark up to position $2.
 // $3 false: the row alone (the mark columns NULL), when the turn completes no chunk.
 constexpr pg::Stmt kLockForMarks{"lock_for_marks",
     "SELECT s.owner, s.n_tokens, m.n_tokens, m.hash, CASE WHEN $3::boolean THEN "
@@ -144,7 +145,7 @@ constexpr pg::Stmt kLockForMarks{"lock_for_marks",
     "     ''::bytea ORDER BY t.turn_begin) FROM turns t "
     "   WHERE t.session_id=$1 AND t.turn_end>coalesce(m.n_tokens, 0) AND t.turn_begin<$2::bigint) END "
     "FROM sessions s LEFT JOIN LATERAL (SELECT n_tokens, hash FROM session_prefixes "
-    "  WHERE session_id=s.id AND $3::boolean ORDER BY n_tokens DESC LIMIT 1) m ON true "
+    "  WHERE session_id=s.id AND n_tokens % 32 = 0 AND $3::boolean ORDER BY n_tokens DESC LIMIT 1) m ON true "
     "WHERE s.id=$1 FOR UPDATE OF s"};
 
 // Adds the marks of a log of n tokens past its last mark, from a kLockForMarks row. `last`: the
@@ -153,7 +154,8 @@ constexpr pg::Stmt kLockForMarks{"lock_for_marks",
 Status AddMarks(Conn& c, int64_t id, const Rows& head, int64_t n, int64_t at, std::span<const int32_t> last) {
   const int64_t m = head.IsNull(0, 2) ? 0 : head.Int(0, 2);  // marked up to here
   const uint64_t seed = head.IsNull(0, 2) ? PrefixSeed(head.Text(0, 0)) : static_cast<uint64_t>(head.Int(0, 3));
-  if (n / kPrefixChunk == m / kPrefixChunk) return {};  // no chunk completed since
+  // No chunk completed since, and not a short log (store.h: marked at its length).
+  if (n / kPrefixChunk == m / kPrefixChunk && (n >= kPrefixChunk || n == 0)) return {};
   const int64_t read_end = at >= 0 ? at : n;
   std::vector<int32_t> tail;  // tokens [m, n)
   tail.reserve(n - m);
@@ -168,6 +170,12 @@ Status AddMarks(Conn& c, int64_t id, const Rows& head, int64_t n, int64_t at, st
   }
   tail.resize(read_end - m);
   if (at >= 0) tail.insert(tail.end(), last.begin() + std::max<int64_t>(m - at, 0), last.end());
+  if (n < kPrefixChunk) {  // a short log; ON CONFLICT: a fork at its source's short mark copied it
+    return c.Run(Stmt{"add_short_mark",
+                      "INSERT INTO session_prefixes(session_id, n_tokens, hash) VALUES($1, $2, $3) "
+                      "ON CONFLICT DO NOTHING"},
+                 {id, n, static_cast<int64_t>(ShortPrefixHashes(seed, tail).back())});
+  }
   const std::vector<uint64_t> marks = PrefixHashes(seed, tail);
   return c.Run(
       Stmt{"add_marks",
@@ -354,10 +362,10 @@ Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_
     return MakeError("session %lld: turn prompt_end %lld outside [%lld, %lld]", LL(id), LL(prompt_end), LL(begin),
                      LL(end));
   }
-  // The row lock orders this append against other replicas'; a turn that completes a chunk reads
-  // what marking it needs in the same round trip (one that completes none has no mark to add,
-  // and any mark missing before it is added when one does).
-  const bool marks = begin / kPrefixChunk != end / kPrefixChunk;
+  // The row lock orders this append against other replicas'; a turn that completes a chunk (or
+  // leaves a short log) reads what marking it needs in the same round trip (one that completes
+  // none has no mark to add, and any mark missing before it is added when one does).
+  const bool marks = begin / kPrefixChunk != end / kPrefixChunk || end < kPrefixChunk;
   auto head = c.Exec(kLockForMarks, {id, begin, marks ? "true" : "false"});
   if (!head) return head.error();
   if (head->size() == 0) return MakeError("unknown session %lld", LL(id));
@@ -634,9 +642,16 @@ Result<Store::IdentityClaim> PgStore::ClaimTokenIdentity(int64_t identity) {
 
 // ---- the prefix index ----
 
-Result<std::optional<PrefixMatch>> PgStore::FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) {
+Result<std::optional<PrefixMatch>> PgStore::FindPrefix(const std::string& owner, std::span<const uint64_t> hashes,
+                                                        std::span<const uint64_t> short_hashes) {
   std::optional<PrefixMatch> found;
-  if (hashes.empty()) return found;
+  if (hashes.empty() && short_hashes.empty()) return found;
+  // One list, longest first: the full chunks' marks at k * 32 tokens, then the short ones at p.
+  std::vector<uint64_t> all(hashes.begin(), hashes.end());
+  std::vector<uint64_t> lengths;
+  for (size_t k = 1; k <= hashes.size(); ++k) lengths.push_back(k * kPrefixChunk);
+  all.insert(all.end(), short_hashes.begin(), short_hashes.end());
+  for (size_t p = 1; p <= short_hashes.size(); ++p) lengths.push_back(p);
   Status st = pool_->With([&](Conn& c) -> Status {
     // The chunks from the longest down, one probe of (hash, session_id) each, the highest id
     // first: the plan is a nested loop over the sorted chunks under the LIMIT, so it stops at the
@@ -647,12 +662,12 @@ Result<std::optional<PrefixMatch>> PgStore::FindPrefix(const std::string& owner,
     // so another owner's session is found only by a 64-bit collision, and is then refused).
     auto r = c.Exec(
         Stmt{"find_prefix",
-             "SELECT p.session_id, q.k * 32, (SELECT n_tokens FROM sessions WHERE id=p.session_id AND owner=$1) "
-             "FROM (SELECT h, k FROM unnest($2::bigint[]) WITH ORDINALITY AS u(h, k) ORDER BY k DESC) q "
+             "SELECT p.session_id, q.n, (SELECT n_tokens FROM sessions WHERE id=p.session_id AND owner=$1) "
+             "FROM (SELECT h, n FROM unnest($2::bigint[], $3::bigint[]) AS u(h, n) ORDER BY n DESC) q "
              "CROSS JOIN LATERAL (SELECT session_id FROM session_prefixes WHERE hash=q.h "
              "  ORDER BY session_id DESC LIMIT 1) p "
-             "ORDER BY q.k DESC LIMIT 1"},
-        {owner, BigintArray(hashes)});
+             "ORDER BY q.n DESC LIMIT 1"},
+        {owner, BigintArray(all), BigintArray(lengths)});
     if (!r) return r.error();
     if (r->size() > 0 && !r->IsNull(0, 2)) found = PrefixMatch{r->Int(0, 0), r->Int(0, 1), r->Int(0, 2)};
     return {};

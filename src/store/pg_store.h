@@ -67,7 +67,8 @@ class PgStore final : public Store {
   Result<int64_t> MaxSessionId() override;
   Result<std::optional<int64_t>> TokenIdentity() override;
   Status SetTokenIdentity(int64_t identity) override;
-  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
+  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes,
+                                                std::span<const uint64_t> short_hashes) override;
   Result<bool> TryLockTurn(int64_t id) override;
   void UnlockTurn(int64_t id) override;
   void Watch(std::function<void(const SessionChange&)> fn) override;

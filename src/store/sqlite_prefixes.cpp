@@ -1,5 +1,5 @@
-// The prefix index (store.h): marking a session's log at its full chunks, and finding the session
-// whose marks match a request's longest.
+// The prefix index (store.h): marking a session's log at its full chunks (a short log at its
+// length), and finding the session whose marks match a request's longest.
 #include "store/sqlite_db.h"
 #include "store/sqlite_store.h"
 #include "store/store_internal.h"
@@ -9,11 +9,14 @@ namespace mnemo {
 namespace sqlite {
 
 Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last) {
-  // One statement for the owner (the chain's seed), the log's length and its last mark.
+  // One statement for the owner (the chain's seed), the log's length and its last full mark (short
+  // marks are no links of the chain).
   auto head = db.Prepare(
       "SELECT owner, n_tokens, "
-      "(SELECT n_tokens FROM session_prefixes WHERE session_id=?1 ORDER BY n_tokens DESC LIMIT 1), "
-      "(SELECT hash FROM session_prefixes WHERE session_id=?1 ORDER BY n_tokens DESC LIMIT 1) "
+      "(SELECT n_tokens FROM session_prefixes WHERE session_id=?1 AND n_tokens % 32 = 0 "
+      "  ORDER BY n_tokens DESC LIMIT 1), "
+      "(SELECT hash FROM session_prefixes WHERE session_id=?1 AND n_tokens % 32 = 0 "
+      "  ORDER BY n_tokens DESC LIMIT 1) "
       "FROM sessions WHERE id=?1");
   if (!head) return head.error();
   auto row = head->Bind(1, id).Step();
@@ -22,7 +25,8 @@ Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last) {
   const int64_t n = head->Int(1);
   const int64_t m = head->IsNull(2) ? 0 : head->Int(2);  // marked up to here
   const uint64_t seed = head->IsNull(2) ? PrefixSeed(head->Text(0)) : static_cast<uint64_t>(head->Int(3));
-  if (n / kPrefixChunk == m / kPrefixChunk) return {};  // no chunk completed since
+  // No chunk completed since, and not a short log (store.h: marked at its length).
+  if (n / kPrefixChunk == m / kPrefixChunk && (n >= kPrefixChunk || n == 0)) return {};
   // Tokens [m, n): read back what `last` does not hold (the partial chunk before a turn).
   const int64_t held = std::min<int64_t>(static_cast<int64_t>(last.size()), n - m);
   std::vector<int32_t> tail;
@@ -47,7 +51,8 @@ Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last) {
   }
   tail.insert(tail.end(), last.end() - held, last.end());
   const std::vector<uint64_t> marks = PrefixHashes(seed, tail);
-  auto ins = db.Prepare("INSERT INTO session_prefixes(session_id, n_tokens, hash) VALUES(?1, ?2, ?3)");
+  // OR IGNORE: a fork at a short mark of its source has copied it already.
+  auto ins = db.Prepare("INSERT OR IGNORE INTO session_prefixes(session_id, n_tokens, hash) VALUES(?1, ?2, ?3)");
   if (!ins) return ins.error();
   for (size_t k = 0; k < marks.size(); ++k) {
     ins->Reset();
@@ -55,12 +60,15 @@ Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last) {
                   .Bind(3, static_cast<int64_t>(marks[k]))
                   .Run());
   }
-  return {};
+  if (n >= kPrefixChunk) return {};
+  ins->Reset();
+  return ins->Bind(1, id).Bind(2, n).Bind(3, static_cast<int64_t>(ShortPrefixHashes(seed, tail).back())).Run();
 }
 
 }  // namespace sqlite
 
-Result<std::optional<PrefixMatch>> SqliteStore::FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) {
+Result<std::optional<PrefixMatch>> SqliteStore::FindPrefix(const std::string& owner, std::span<const uint64_t> hashes,
+                                                            std::span<const uint64_t> short_hashes) {
   std::lock_guard lock(read_mu_);
   // From the longest down: the first chunk that matches is the answer (a local probe costs
   // microseconds, so no single statement is needed as on PostgreSQL).
@@ -72,6 +80,13 @@ Result<std::optional<PrefixMatch>> SqliteStore::FindPrefix(const std::string& ow
     st->Reset();
     const int64_t n = static_cast<int64_t>(k) * kPrefixChunk;
     auto row = st->Bind(1, static_cast<int64_t>(hashes[k - 1])).Bind(2, n).Bind(3, owner).Step();
+    if (!row) return row.error();
+    if (*row) return std::optional<PrefixMatch>(PrefixMatch{st->Int(0), n, st->Int(1)});
+  }
+  for (size_t p = short_hashes.size(); p > 0; --p) {  // then the short marks, the longest first
+    st->Reset();
+    const int64_t n = static_cast<int64_t>(p);
+    auto row = st->Bind(1, static_cast<int64_t>(short_hashes[p - 1])).Bind(2, n).Bind(3, owner).Step();
     if (!row) return row.error();
     if (*row) return std::optional<PrefixMatch>(PrefixMatch{st->Int(0), n, st->Int(1)});
   }

@@ -97,8 +97,9 @@ Status SqliteStore::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, 
   auto upd = writer_->Prepare("UPDATE sessions SET n_tokens=?2, updated_at=?3 WHERE id=?1");
   if (!upd) return upd.error();
   MNEMO_TRY(upd->Bind(1, id).Bind(2, end).Bind(3, now).Run());
-  // A turn that completes no chunk has no mark to add (one missing before it is added when one does).
-  if (begin / kPrefixChunk == end / kPrefixChunk) return {};
+  // A turn that completes no chunk has no mark to add (one missing before it is added when one
+  // does), unless it leaves a short log (marked at its length).
+  if (begin / kPrefixChunk == end / kPrefixChunk && end >= kPrefixChunk) return {};
   return sqlite::MarkPrefixes(*writer_, id, tokens);
 }
 

@@ -53,7 +53,8 @@ class SqliteStore final : public Store {
   Status SetTokenIdentity(int64_t identity) override;
   Result<int64_t> DeleteAllSessions() override;
   Result<bool> HasSessions() override;
-  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) override;
+  Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes,
+                                                std::span<const uint64_t> short_hashes) override;
   // In memory: one process writes the file, so a lock within it is the whole lock.
   Result<bool> TryLockTurn(int64_t id) override;
   void UnlockTurn(int64_t id) override;

@@ -71,6 +71,13 @@ std::vector<uint64_t> PrefixHashes(uint64_t seed, std::span<const int32_t> token
   return out;
 }
 
+std::vector<uint64_t> ShortPrefixHashes(uint64_t seed, std::span<const int32_t> tokens) {
+  const size_t n = std::min<size_t>(tokens.size(), kPrefixChunk - 1);
+  std::vector<uint64_t> out(n);
+  for (size_t p = 1; p <= n; ++p) out[p - 1] = XXH3_64bits_withSeed(tokens.data(), sizeof(int32_t) * p, seed);
+  return out;
+}
+
 // ---- ids, clock ----
 
 int64_t ConversationLockId(std::string_view conversation_id) {

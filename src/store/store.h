@@ -132,10 +132,20 @@ uint64_t PrefixSeed(const std::string& owner);
 // for tokens from position 0): [tokens.size() / kPrefixChunk] hashes. Cost: one XXH3 pass.
 std::vector<uint64_t> PrefixHashes(uint64_t seed, std::span<const int32_t> tokens);
 
+// Short logs: a log of n < kPrefixChunk tokens completes no chunk, so a write that leaves it there
+// marks it at n instead, with the hash chunk 0 would have over those n tokens:
+//   s_n = XXH3-64(tokens [0, n), seed PrefixSeed(owner)).
+// So a short chat history (a turn or two of a few words) finds its session after a failover too.
+// They are no links of the chain (the first full mark chains from the seed, not from them); like
+// the full marks they are dropped by a truncation below them and copied by a fork that keeps them.
+// The request's side: [min(tokens.size(), kPrefixChunk - 1)] hashes, s_1, s_2, ... (Cost: hashing
+// at most 31 prefixes of at most 31 tokens.)
+std::vector<uint64_t> ShortPrefixHashes(uint64_t seed, std::span<const int32_t> tokens);
+
 // The session whose marks match a request's longest (Store::FindPrefix).
 struct PrefixMatch {
   int64_t session_id = 0;
-  int64_t n_tokens = 0;        // tokens matched: a multiple of kPrefixChunk
+  int64_t n_tokens = 0;        // tokens matched: a multiple of kPrefixChunk, or under one (a short mark)
   int64_t session_tokens = 0;  // the session's log length
 };
 
@@ -361,12 +371,15 @@ class Store {
   // ---- the prefix index (issue 14) ----
   // Of owner's sessions, the one whose marks match the most of `hashes` (PrefixHashes(
   // PrefixSeed(owner), the request's tokens)): the largest k with hashes[k - 1] a mark of that
-  // session at k * kPrefixChunk tokens; among sessions matching as many, the highest id. nullopt
-  // when none matches one chunk. Another owner's session never matches (its owner is checked,
-  // not only its seed; on PostgreSQL a chunk whose newest session belongs to another owner, a
-  // 64-bit collision of chains, ends the search with nullopt). Cost: one index probe per chunk from the longest down, stopping at
-  // the first match (PostgreSQL: in one statement; SQLite: one probe each).
-  virtual Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes) = 0;
+  // session at k * kPrefixChunk tokens; among sessions matching as many, the highest id. When no
+  // chunk matches: the largest p with short_hashes[p - 1] (ShortPrefixHashes) a short mark at p
+  // tokens; else nullopt. Another owner's session never matches (its owner is
+  // checked, not only its seed; on PostgreSQL a chunk whose newest session belongs to another
+  // owner, a 64-bit collision of chains, ends the search with nullopt). Cost: one index probe per
+  // mark from the longest down, stopping at the first match (PostgreSQL: in one statement;
+  // SQLite: one probe each).
+  virtual Result<std::optional<PrefixMatch>> FindPrefix(const std::string& owner, std::span<const uint64_t> hashes,
+                                                        std::span<const uint64_t> short_hashes) = 0;
 
   // ---- the durable end of a turn ----
   // Applies c in one transaction: optional session creation, optional truncation, the turn's

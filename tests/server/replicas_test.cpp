@@ -382,6 +382,29 @@ TEST_F(Replicas, ChatHistoryResentToAnotherReplicaContinuesItsSession) {
   EXPECT_EQ(ChatText(Chat(*solo, same)), ChatText(r5));
 }
 
+// The same with a history shorter than a chunk (a first turn of a few words: its stored log is
+// under 32 tokens): b finds a's session by the mark at its length. The old code marked full chunks
+// only: b found nothing and started a second session holding the whole history.
+TEST_F(Replicas, ShortChatHistoryResentToAnotherReplicaContinuesItsSession) {
+  ASSERT_NO_FATAL_FAILURE(StartTwo(kExact));
+  auto &a = a_, &b = b_;
+  Json history = Json::array({{{"role", "user"}, {"content", "Hi."}}});
+  ASSERT_TRUE(Chat(*a, history, "", 3).is_object());
+  const std::vector<int64_t> before = SessionIds(db_);
+  ASSERT_EQ(before.size(), 1u);
+  const size_t stored_tokens = LoadStored(db_, before[0]).tokens.size();
+  ASSERT_LT(stored_tokens, static_cast<size_t>(kPrefixChunk));
+  history.push_back({{"role", "user"}, {"content", "Tell me a story."}});
+  Json r2 = Chat(*b, history);
+  ASSERT_TRUE(r2.is_object());
+  EXPECT_EQ(SessionIds(db_), before) << b->proc.log();
+  EXPECT_EQ(Syncs(b->c, "loaded"), 1);
+  const StoredSession s = LoadStored(db_, before[0]);
+  EXPECT_EQ(s.turns.size(), 2u);
+  EXPECT_EQ(s.tokens.size(), static_cast<size_t>(r2["usage"]["prompt_tokens"].get<int>() +
+                                                 r2["usage"]["completion_tokens"].get<int>()));
+}
+
 // Owners: b finds a's session for the API key that made it, never for another key sending the
 // identical history (that one starts its own session).
 TEST_F(Replicas, ChatHistoryOfAnotherOwnerDoesNotMatch) {

@@ -135,10 +135,10 @@ inline std::unique_ptr<Replica> ExactReplica(const std::string& db, std::vector<
 
 // A chat completion (temperature 0) of `messages` as API key `key` ("" without auth); the reply is
 // appended to messages. The parsed body, or null (and a test failure).
-inline Json Chat(Replica& r, Json& messages, const std::string& key = "") {
+inline Json Chat(Replica& r, Json& messages, const std::string& key = "", int max_tokens = 12) {
   httplib::Headers h;
   if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
-  const Json body = {{"model", "m"}, {"messages", messages}, {"max_tokens", 12}, {"temperature", 0}};
+  const Json body = {{"model", "m"}, {"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
   auto res = r.c.Post("/v1/chat/completions", h, body.dump(), "application/json");
   EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response") << "\n" << r.proc.log();
   if (!res || res->status != 200) return Json();

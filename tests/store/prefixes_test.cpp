@@ -54,7 +54,7 @@ class StorePrefixes : public ::testing::TestWithParam<testing_util::Backend> {
 
 // {session, tokens matched, session length}, or {-1, 0, 0}.
 std::tuple<int64_t, int64_t, int64_t> Find(Store& s, const std::string& owner, std::span<const int32_t> request) {
-  auto m = s.FindPrefix(owner, PrefixHashes(PrefixSeed(owner), request));
+  auto m = s.FindPrefix(owner, PrefixHashes(PrefixSeed(owner), request), ShortPrefixHashes(PrefixSeed(owner), request));
   EXPECT_TRUE(m.ok()) << m.error().message;
   if (!m.ok() || !m->has_value()) return {-1, 0, 0};
   return {(*m)->session_id, (*m)->n_tokens, (*m)->session_tokens};
@@ -84,7 +84,7 @@ TEST_P(StorePrefixes, TurnsAreMarkedAtFullChunks) {
   EXPECT_EQ(Find(*store, "alice", std::span(log).first(31)), Match(-1, 0, 0));  // no full chunk
   // Another owner's identical history matches nothing, even with alice's marks.
   EXPECT_EQ(Find(*store, "bob", log), Match(-1, 0, 0));
-  auto stolen = store->FindPrefix("bob", PrefixHashes(PrefixSeed("alice"), log));
+  auto stolen = store->FindPrefix("bob", PrefixHashes(PrefixSeed("alice"), log), {});
   ASSERT_TRUE(stolen.ok());
   EXPECT_FALSE(stolen->has_value());
   // Sessions matching as far: the highest id.
@@ -140,6 +140,39 @@ TEST_P(StorePrefixes, CutsForksAndCommitsKeepTheMarks) {
   bad.conversation = ConversationUpdate{"conv_missing", {}};  // fails the transaction
   EXPECT_FALSE(store->CommitTurn(bad).ok());
   EXPECT_EQ(Find(*store, "q", log), Match(-1, 0, 0));
+}
+
+// A log shorter than a chunk is marked at its length, so a short history finds its session (the
+// old code marked full chunks only: nothing); the full marks still chain from the seed past such
+// marks, cuts drop them and forks copy them.
+TEST_P(StorePrefixes, ShortLogsAreMarkedAtTheirLength) {
+  auto store = MustOpen(Spec("p.db"));
+  ASSERT_TRUE(store);
+  const std::vector<int32_t> log = Range(100, 80);  // turns of 12, 8 and 60 tokens
+  ASSERT_TRUE(store->CreateSession(1, "alice").ok());
+  ASSERT_TRUE(store->AppendTurn(1, 0, 5, std::span(log).first(12), true).ok());
+  const std::vector<int32_t> first(log.begin(), log.begin() + 12);
+  EXPECT_EQ(Find(*store, "alice", Concat(first, Range(7, 10))), Match(1, 12, 12));  // the next turn's request
+  EXPECT_EQ(Find(*store, "alice", Concat(first, Range(7, 40))), Match(1, 12, 12));  // longer than a chunk
+  EXPECT_EQ(Find(*store, "alice", std::span(log).first(11)), Match(-1, 0, 0));
+  EXPECT_EQ(Find(*store, "bob", Concat(first, Range(7, 10))), Match(-1, 0, 0));
+  ASSERT_TRUE(store->AppendTurn(1, 12, 15, std::span(log).subspan(12, 8), true).ok());
+  EXPECT_EQ(Find(*store, "alice", Concat(std::vector<int32_t>(log.begin(), log.begin() + 20), Range(7, 3))),
+            Match(1, 20, 20));
+  ASSERT_TRUE(store->AppendTurn(1, 20, 30, std::span(log).subspan(20), true).ok());
+  EXPECT_EQ(Find(*store, "alice", log), Match(1, 64, 80));  // chained from the seed
+  EXPECT_EQ(Find(*store, "alice", Concat(std::vector<int32_t>(log.begin(), log.begin() + 25), Range(900, 9))),
+            Match(1, 20, 80));
+  ASSERT_TRUE(store->TruncateSession(1, 15).ok());
+  EXPECT_EQ(Find(*store, "alice", log), Match(1, 12, 15));
+  ASSERT_TRUE(store->ForkSession(1, 2, 14, "alice").ok());
+  EXPECT_EQ(Find(*store, "alice", Concat(std::vector<int32_t>(log.begin(), log.begin() + 14), Range(900, 3))),
+            Match(2, 14, 14));
+  ASSERT_TRUE(store->ForkSession(1, 3, 12, "alice").ok());  // at a short mark it copies
+  EXPECT_EQ(Find(*store, "alice", Concat(first, Range(7, 10))), Match(3, 12, 12));
+  // Regrown past a chunk from the short log, the full marks chain from the seed.
+  ASSERT_TRUE(store->AppendTurn(3, 12, 12, std::span(log).subspan(12, 40), true).ok());
+  EXPECT_EQ(Find(*store, "alice", log), Match(3, 32, 52));
 }
 
 // A store written before the index (schema 4) is marked at open: its sessions are found.
@@ -211,7 +244,7 @@ TEST_P(StorePrefixes, BenchCommitAndLookup) {
       if (!whole) request.resize(kTurn + 10);
       request.insert(request.end(), kTurn, 3);  // the new turn
       const auto t0 = std::chrono::steady_clock::now();
-      auto m = store->FindPrefix("owner", PrefixHashes(PrefixSeed("owner"), request));
+      auto m = store->FindPrefix("owner", PrefixHashes(PrefixSeed("owner"), request), {});
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       ASSERT_TRUE(m.ok() && m->has_value());
       ASSERT_EQ((*m)->n_tokens, whole ? kTurns * kTurn : (kTurn + 10) / 32 * 32);
