@@ -354,7 +354,8 @@ class Service : public ServedModel {
   Result<std::shared_ptr<TurnLock>> LockTurn(int64_t id, bool* waited);
   // A change notice from another replica (Store::Watch, the store's listener thread): a copy held
   // here at an older version is marked stale (appended elsewhere) or dropped (cut, deleted). A
-  // copy with a turn running here is left to that turn's commit.
+  // copy with a turn running here is left to that turn's commit. When the listener (re)starts
+  // listening (SessionChange::resync) every idle copy is marked stale: notices may have been lost.
   void OnStoreChange(const SessionChange& c);
   // What SyncSession found.
   enum class Sync {
@@ -436,8 +437,9 @@ class Service : public ServedModel {
     // shared store is probed against it before a turn (SyncSession).
     int64_t store_length = 0;
     int64_t store_cuts = 0;
-    // Another replica's notice said the stored log grew past store_length: the next turn brings
-    // the copy in step without probing first (the probe finds the same; it is the safety net).
+    // Another replica's notice said the stored log grew past store_length, or notices may have
+    // been lost (the listener listens again): the next turn brings the copy in step (SyncSession's
+    // probe; a copy the store bears out is kept as it is, the mark dropped).
     bool stale = false;
     std::string text;             // the rendering of the latest templated turn; "" when unknown
     std::vector<TurnMark> marks;  // templated turns whose text is a prefix of `text`, in log order
@@ -494,6 +496,7 @@ class Service : public ServedModel {
   SyncObserver on_sync_;  // SetSyncObserver
   LockObserver on_lock_;  // SetLockObserver
   NoticeObserver on_notice_;  // SetNoticeObserver (guarded by mu_: notices arrive from the start)
+  std::atomic<int> resyncs_{0};  // times the store's listener began listening (OnStoreChange)
 };
 
 }  // namespace mnemo

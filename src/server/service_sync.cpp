@@ -292,6 +292,27 @@ ApiResult<std::shared_ptr<TurnLock>> Service::LockStored(int64_t id) {
 }
 
 void Service::OnStoreChange(const SessionChange& c) {
+  if (c.resync) {
+    // The notices sent while the listener was not listening are lost: every idle copy is marked
+    // to be brought in step on its next turn (a probe, which drops the mark when the store bears
+    // the copy out). One with a turn running is left to that turn's commit (compare-and-set).
+    size_t marked = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, e] : sessions_) {
+        if (!e.stored || e.busy) continue;
+        e.stale = true;
+        marked++;
+      }
+      resyncs_++;
+    }
+    if (resyncs_ > 1 || marked > 0) {
+      spdlog::warn("store notifications: listening {}; notices sent meanwhile may be lost: {} local copies of stored "
+                   "sessions marked to be checked against the store on their next turn",
+                   resyncs_ > 1 ? "again" : "from now", marked);
+    }
+    return;
+  }
   bool drop = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

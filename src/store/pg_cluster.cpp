@@ -100,8 +100,14 @@ void PgStore::Watch(std::function<void(const SessionChange&)> fn) {
   }
   // Started once, on the first watcher; it stays (idle) when the watcher goes.
   if (start && !listener_) {
-    listener_ = std::make_unique<pg::Listener>(url_, connect_timeout_s_, kChannel,
-                                               [this](const std::string& payload) { OnNotice(payload); });
+    listener_ = std::make_unique<pg::Listener>(
+        url_, connect_timeout_s_, kChannel, [this](const std::string& payload) { OnNotice(payload); },
+        [this](bool) {
+          SessionChange resync;
+          resync.resync = true;
+          std::lock_guard lock(watch_mu_);
+          if (watch_fn_) watch_fn_(resync);
+        });
   }
 }
 

@@ -11,8 +11,12 @@
 namespace mnemo::pg {
 
 Listener::Listener(std::string url, int connect_timeout_s, std::string channel,
-                   std::function<void(const std::string&)> fn)
-    : url_(std::move(url)), channel_(std::move(channel)), connect_timeout_s_(connect_timeout_s), fn_(std::move(fn)) {
+                   std::function<void(const std::string&)> fn, std::function<void(bool)> on_listen)
+    : url_(std::move(url)),
+      channel_(std::move(channel)),
+      connect_timeout_s_(connect_timeout_s),
+      fn_(std::move(fn)),
+      on_listen_(std::move(on_listen)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -33,6 +37,7 @@ void Listener::Run() {
     return !stop_;
   };
   bool lost = false;  // logged once per outage, at warn; the recovery at info
+  bool listened = false;  // LISTEN succeeded once: a later one follows a lost connection
   while (!stop_) {
     auto conn = Conn::Open(url_, connect_timeout_s_, "SET client_min_messages = warning");
     Status st = conn.ok() ? (*conn)->Run(("LISTEN " + channel_).c_str()) : Status(conn.error());
@@ -46,6 +51,8 @@ void Listener::Run() {
     if (lost) spdlog::info("store notifications ({}): listening again", channel_);
     lost = false;
     backoff = milliseconds(100);
+    if (on_listen_) on_listen_(listened);  // before listening() says so: tests wait for that
+    listened = true;
     listening_ = true;
     Conn& c = **conn;
     while (!stop_) {

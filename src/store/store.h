@@ -108,7 +108,10 @@ struct SessionVersion {
 
 // A change another process sharing the store committed to a session (Store::Watch).
 struct SessionChange {
-  int64_t id = 0;                          // the session
+  int64_t id = 0;                          // the session (0 with `resync`)
+  // The listener began listening (at start, or again after its connection dropped): changes made
+  // while it was not listening were not told, so every copy held may be stale (no other field set).
+  bool resync = false;
   std::optional<SessionVersion> version;   // as stored after the change; nullopt: deleted
   double sent_at = 0;                      // unix seconds, the writer's clock, just before its commit
 };
@@ -362,7 +365,8 @@ class Store {
   // Calls fn, on a thread of the store's, for each change that another process sharing the store
   // commits to a session (a turn, a truncation, a deletion; not a creation or a fork), soon after
   // its commit (PostgreSQL: LISTEN/NOTIFY on channel mnemo_sessions, reconnecting with backoff).
-  // A hint, never the truth: changes made while the listener was disconnected are not told.
+  // A hint, never the truth: changes made while the listener was disconnected are not told; each
+  // time it (re)starts listening fn gets a SessionChange with `resync` instead.
   // Watch(nullptr) stops the calls; once it returns, fn runs no more. This default: never calls.
   virtual void Watch(std::function<void(const SessionChange&)> fn) { (void)fn; }
   // Whether Watch's listener is connected and listening (tests wait for it).

@@ -366,5 +366,52 @@ TEST_F(Replicas, CommitOnOneReplicaMarksTheOthersCopyStale) {
   EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"dropped\"}"), 1);
 }
 
+// Notices sent while a replica's listener is disconnected are lost (NOTIFY keeps nothing for a
+// listener that is gone): when it listens again, the replica marks every copy it holds to be
+// checked against the store on its next turn, and says so. Here b's listener is cut off (and kept
+// off) while another writer appends to the session b holds; b's next turn on it brings the copy in
+// step. The old code logged only "listening again" and took the copies for fresh.
+TEST_F(Replicas, NoticesLostWhileNotListeningMarkEveryCopyStale) {
+  ASSERT_NO_FATAL_FAILURE(StartTwo(kExact));
+  auto &a = a_, &b = b_;
+  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
+  ASSERT_TRUE(r1.is_object());
+  Json t2 = Turn("What did the cat eat?");
+  t2["previous_response_id"] = r1["id"];
+  Json r2 = b->Post("/v1/responses", t2);  // b loads the session and continues it
+  ASSERT_TRUE(r2.is_object());
+  auto store = Store::Open(db_);  // the other writer, connected before the outage
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto resp = (*store)->GetResponse(r2["id"], "");
+  ASSERT_TRUE(resp.ok() && resp->has_value() && (*resp)->session_id);
+  const int64_t sid = *(*resp)->session_id;
+  const int64_t n = (*resp)->end_token;
+
+  const std::string name = db_.substr(db_.rfind('/') + 1);
+  ASSERT_TRUE(pg_->Sql("ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS false"));
+  ASSERT_TRUE(pg_->Sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname='" + name +
+                       "' AND query LIKE 'LISTEN%'"));
+  auto wait_log = [&](const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (b->proc.log().find(what) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return b->proc.log().find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(wait_log("connection lost")) << b->proc.log();
+  const std::vector<int32_t> more = {5, 6, 7};
+  ASSERT_TRUE((*store)->AppendTurn(sid, n, n, more, true).ok());  // its notice reaches no one
+  ASSERT_TRUE(pg_->Sql("ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS true"));
+  EXPECT_TRUE(wait_log("1 local copies of stored sessions marked to be checked against the store")) << b->proc.log();
+  EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"stale\"}"), 0) << "a notice reached b";
+
+  // b's next turn on the session finds the store's turn (a delta) and continues after it.
+  Json t3 = Turn("Where did it go next?");
+  t3["previous_response_id"] = r2["id"];
+  Json r3 = b->Post("/v1/responses", t3);
+  ASSERT_TRUE(r3.is_object());
+  EXPECT_EQ(Syncs(b->c, "delta"), 1) << b->proc.log();
+}
+
 }  // namespace
 }  // namespace mnemo::testing

@@ -290,13 +290,19 @@ TEST_F(PgStoreTest, TurnLockIsExclusiveAndDiesWithItsConnection) {
 struct Changes {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<SessionChange> got;
+  std::vector<SessionChange> got;  // the sessions' changes
+  int resyncs = 0;                 // SessionChange::resync: the listener began listening
   std::function<void(const SessionChange&)> Fn() {
     return [this](const SessionChange& c) {
       std::lock_guard lock(mu);
-      got.push_back(c);
+      if (c.resync) resyncs++;
+      else got.push_back(c);
       cv.notify_all();
     };
+  }
+  int Resyncs() {
+    std::lock_guard lock(mu);
+    return resyncs;
   }
   bool WaitCount(size_t n) {
     std::unique_lock lock(mu);
@@ -309,7 +315,9 @@ struct Changes {
 };
 
 // A commit, a truncation and a deletion on one store reach the other's watcher with the version
-// they left, in order; never the writer's own watcher; a creation tells no one.
+// they left, in order; never the writer's own watcher; a creation tells no one. Each time a
+// listener begins listening (at start, again after its connection dropped) its watcher is told
+// (a resync: what was sent meanwhile is lost).
 TEST_F(PgStoreTest, ChangesReachTheOtherStores) {
   auto a = Open(), b = Open();
   ASSERT_TRUE(a && b);
@@ -317,6 +325,8 @@ TEST_F(PgStoreTest, ChangesReachTheOtherStores) {
   a->Watch(at_a.Fn());
   b->Watch(at_b.Fn());
   ASSERT_TRUE(WaitFor([&] { return a->Watching() && b->Watching(); }));
+  EXPECT_EQ(at_a.Resyncs(), 1);
+  EXPECT_EQ(at_b.Resyncs(), 1);
   std::vector<int32_t> t1 = {1, 2, 3}, t2 = {4, 5};
   TurnCommit first = Turn(1, 0, t1, "resp_1");
   first.create_session = true;
@@ -351,6 +361,7 @@ TEST_F(PgStoreTest, ChangesReachTheOtherStores) {
   ASSERT_EQ(at_a.size(), 1u);
   ASSERT_TRUE(at_a.got[0].version);
   EXPECT_EQ(at_a.got[0].version->n_tokens, 3) << "the rolled-back commit was told";
+  EXPECT_EQ(at_a.Resyncs(), 2) << "a's listener listened again untold";
   EXPECT_EQ(at_b.size(), 3u);
 }
 
