@@ -195,51 +195,19 @@ TEST_F(Replicas, ChoicesHoldTheTurnLockUntilTheLastCommits) {
   history.push_back({{"role", "user"}, {"content", kUserTurns[1]}});
 
   // On a: two choices of 1,800 tokens each, streamed.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string got;
-  int status = 0;
-  bool done = false;
-  std::thread running([&, port = a->proc.port()] {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120, 0);
-    const Json body = {{"model", "m"}, {"messages", history}, {"n", 2}, {"max_tokens", 1800},
-                       {"ignore_eos", true}, {"temperature", 0}, {"stream", true}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/chat/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-      std::lock_guard lock(mu);
-      got.append(d, n);
-      cv.notify_all();
-      return true;
-    };
-    auto res = c.send(req);
-    std::lock_guard lock(mu);
-    status = res ? res->status : -1;
-    done = true;
-    cv.notify_all();
-  });
-  bool generating = false;
-  {
-    std::unique_lock lock(mu);
-    generating = cv.wait_for(lock, std::chrono::seconds(30),
-                             [&] { return done || got.find("\"content\"") != std::string::npos; }) && !done;
-  }
-  if (!generating) {
-    running.join();
-    FAIL() << "a's choices did not start: " << got << a->proc.log();
-  }
+  LongTurn running(*a, "/v1/chat/completions",
+                   {{"model", "m"}, {"messages", history}, {"n", 2}, {"max_tokens", 1800}, {"ignore_eos", true},
+                    {"temperature", 0}, {"stream", true}},
+                   "\"content\"");
+  ASSERT_TRUE(running.WaitGenerating()) << "a's choices did not start: " << running.body() << a->proc.log();
   // On b: the prompt continued with a reply of the client's own (the session as a's prompt left it).
   Json next = history;
   next.push_back({{"role", "assistant"}, {"content", "Once upon a time"}});
   next.push_back({{"role", "user"}, {"content", kUserTurns[2]}});
   Json rb = Chat(*b, next);
-  running.join();
+  EXPECT_EQ(running.Join(), 200);
   EXPECT_TRUE(rb.is_object());
-  EXPECT_EQ(status, 200);
+  const std::string got = running.body();
   EXPECT_EQ(got.find("\"error\""), std::string::npos) << got.substr(got.rfind("data:", got.size() - 20)) << a->proc.log();
   size_t lengths = 0;
   for (size_t at = got.find("\"finish_reason\":\"length\""); at != std::string::npos;
@@ -317,11 +285,7 @@ TEST_F(Replicas, ReplicaKilledMidTurnReleasesItsLock) {
 TEST_F(Replicas, CommitOnOneReplicaMarksTheOthersCopyStale) {
   ASSERT_NO_FATAL_FAILURE(StartTwo(kExact));
   auto &a = a_, &b = b_;
-  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
-  ASSERT_TRUE(r1.is_object());
-  Json t2 = Turn("What did the cat eat?");
-  t2["previous_response_id"] = r1["id"];
-  Json r2 = b->Post("/v1/responses", t2);  // b loads the session and continues it
+  Json r2 = ContinueOnB();
   ASSERT_TRUE(r2.is_object());
   ASSERT_EQ(b->Get("/v1/sessions")["data"].size(), 1u);
   auto probes = [&](Replica& r) {
@@ -373,12 +337,8 @@ TEST_F(Replicas, CommitOnOneReplicaMarksTheOthersCopyStale) {
 // step. The old code logged only "listening again" and took the copies for fresh.
 TEST_F(Replicas, NoticesLostWhileNotListeningMarkEveryCopyStale) {
   ASSERT_NO_FATAL_FAILURE(StartTwo(kExact));
-  auto &a = a_, &b = b_;
-  Json r1 = a->Post("/v1/responses", Turn("Tell me a story about a cat."));
-  ASSERT_TRUE(r1.is_object());
-  Json t2 = Turn("What did the cat eat?");
-  t2["previous_response_id"] = r1["id"];
-  Json r2 = b->Post("/v1/responses", t2);  // b loads the session and continues it
+  auto& b = b_;
+  Json r2 = ContinueOnB();
   ASSERT_TRUE(r2.is_object());
   auto store = Store::Open(db_);  // the other writer, connected before the outage
   ASSERT_TRUE(store.ok()) << store.error().message;

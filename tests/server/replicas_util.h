@@ -94,6 +94,15 @@ class Replicas : public ::testing::Test {
     db_ = pg_->NewDatabase();
     ASSERT_FALSE(db_.empty());
   }
+  // r1 on a_, then r2 continuing it on b_, which loads the session and holds a copy of it; r2, or
+  // null (and a test failure).
+  Json ContinueOnB() {
+    Json r1 = a_->Post("/v1/responses", Turn("Tell me a story about a cat."));
+    if (!r1.is_object()) return Json();
+    Json t2 = Turn("What did the cat eat?");
+    t2["previous_response_id"] = r1["id"];
+    return b_->Post("/v1/responses", t2);
+  }
   // Replicas a_ and b_ on db_, each started with `flags` after --db (most tests' set-up). A fatal
   // failure when one does not start: call it in ASSERT_NO_FATAL_FAILURE.
   void StartTwo(const std::vector<std::string>& flags = {}) {
@@ -205,23 +214,31 @@ inline std::unique_ptr<Replica> LongTurnReplica(const std::string& db) {
   return std::make_unique<Replica>(f);
 }
 
-// A long turn (ignore_eos, `tokens` tokens) on r, streamed on a thread of its own: continuing
-// response `after` (an id), or with the fields `after` holds (a conversation).
+// A Responses turn of `tokens` tokens (ignore_eos, streamed): continuing response `after` (an id),
+// or with the fields `after` holds (a conversation).
+inline Json LongTurnBody(const Json& after, int tokens) {
+  Json body = Turn("And then what happened?");
+  if (after.is_string()) body["previous_response_id"] = after;
+  else body.update(after);
+  body["max_output_tokens"] = tokens;
+  body["ignore_eos"] = true;
+  body["stream"] = true;
+  return body;
+}
+
+// A long streamed request on r, on a thread of its own: POST `body` to `path` (by default a
+// Responses turn, LongTurnBody); it generates once the stream holds `generating`.
 class LongTurn {
  public:
-  LongTurn(Replica& r, const Json& after, int tokens) {
-    thread_ = std::thread([this, port = r.proc.port(), after, tokens] {
+  LongTurn(Replica& r, const Json& after, int tokens) : LongTurn(r, "/v1/responses", LongTurnBody(after, tokens)) {}
+  LongTurn(Replica& r, std::string path, Json body, std::string generating = "response.output_text.delta")
+      : generating_(std::move(generating)) {
+    thread_ = std::thread([this, port = r.proc.port(), path = std::move(path), body = std::move(body)] {
       httplib::Client c("127.0.0.1", port);
       c.set_read_timeout(120, 0);
-      Json body = Turn("And then what happened?");
-      if (after.is_string()) body["previous_response_id"] = after;
-      else body.update(after);
-      body["max_output_tokens"] = tokens;
-      body["ignore_eos"] = true;
-      body["stream"] = true;
       httplib::Request req;
       req.method = "POST";
-      req.path = "/v1/responses";
+      req.path = path;
       req.body = body.dump();
       req.set_header("Content-Type", "application/json");
       req.content_receiver = [this](const char* d, size_t n, uint64_t, uint64_t) {
@@ -245,8 +262,13 @@ class LongTurn {
   bool WaitGenerating() {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(30),
-                        [&] { return done_ || body_.find("response.output_text.delta") != std::string::npos; }) &&
+                        [&] { return done_ || body_.find(generating_) != std::string::npos; }) &&
            !done_;
+  }
+  // Waits for the end of the stream; its HTTP status (-1: no answer).
+  int Join() {
+    thread_.join();
+    return status_;
   }
   // Waits for the end of the stream; the stored response (status "incomplete": it ran to
   // max_output_tokens), or null when it failed.
@@ -265,6 +287,7 @@ class LongTurn {
   std::chrono::steady_clock::time_point ended() const { return ended_; }
 
  private:
+  const std::string generating_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
