@@ -296,10 +296,14 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   // Another attempt of this request (X-Mnemo-Request-Id) committed first: its answer, sent instead
   // (not streamed: a stream already told its own ids).
   auto replayed = std::make_shared<std::optional<http::Response>>();
+  // Where the conversation pointed when its items were read: the commit stores the turn only if it
+  // still does (ConversationUpdate::expected).
+  std::optional<ConversationPointer> conv_at;
+  if (conv) conv_at = ConversationPointer{conv->session_id, conv->end_token};
   // Finishes the response: commits the turn, the response row, conversation items and the
   // request's record (its answer: the response object) at once.
   // given: the reply as a stream already split it into content and calls (else parsed from r).
-  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, owner, tools, logprobs, lps, tok, ticket,
+  auto finish = [this, t, sr, input_items, msg_id, store_it, conv_id, conv_at, owner, tools, logprobs, lps, tok, ticket,
                  replayed, stream](const TurnResult& r,
                                                                                     std::optional<ToolReply> given = std::nullopt) mutable
       -> std::variant<Json, ApiError> {
@@ -325,6 +329,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     if (conv_id) {
       cu = ConversationUpdate{};
       cu->conversation_id = *conv_id;
+      cu->expected = conv_at;
       for (const auto& it : input_items) cu->items.push_back(NewItem{it["id"], it.dump()});
       for (const auto& it : output) cu->items.push_back(NewItem{it["id"], it.dump()});
     }

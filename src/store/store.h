@@ -236,11 +236,24 @@ struct StoredRequest {
 
 // ---- the atomic commit of a finished turn ----
 
+// Where a conversation's tokens end: StoredConversation's session_id and end_token (both empty
+// before its first turn commits).
+struct ConversationPointer {
+  std::optional<int64_t> session_id;
+  std::optional<int64_t> end_token;
+  bool operator==(const ConversationPointer&) const = default;
+};
+
 // What a conversation gains when a turn is committed into it.
 struct ConversationUpdate {
   std::string conversation_id;  // must exist
   std::vector<NewItem> items;   // appended in order (the turn's input and output items)
   bool set_session = true;      // point the conversation at (session_id, turn end)
+  // Compare-and-set: when set, the conversation must still point where this writer read it, else
+  // kAborted and nothing of the commit is applied: another turn of the conversation committed in
+  // between (the turn lock orders them; this guards a lock lost with its connection, and first
+  // turns, which each create a session of their own and so pass the session's compare-and-set).
+  std::optional<ConversationPointer> expected;
 };
 
 // Everything a finished (or cut-short) turn writes, applied in one transaction by CommitTurn.

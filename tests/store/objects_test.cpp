@@ -356,6 +356,54 @@ TEST_P(StoreObjects, CommitTurnWritesEverythingTogether) {
   EXPECT_FALSE((*g)->session_id.has_value());
 }
 
+// Two turns of one conversation that both read it before either committed (their turn lock lost,
+// or first turns, which each create their own session): the second commit finds the conversation
+// moved on and stores nothing.
+TEST_P(StoreObjects, ConversationCommitExpectsWhereItRead) {
+  auto conv = store_->CreateConversation(StoredConversation{}, {});
+  ASSERT_TRUE(conv.ok());
+  const ConversationPointer read_at;  // both read it before its first turn
+  std::vector<int32_t> toks = {5, 6, 7};
+  auto turn = [&](int64_t session, const std::string& response_id, const std::string& item_id) {
+    TurnCommit tc;
+    tc.session_id = session;
+    tc.create_session = true;
+    tc.prompt_end = 1;
+    tc.tokens = toks;
+    tc.response = SampleResponse(response_id, "");
+    tc.response->conversation_id = conv->id;
+    tc.conversation = ConversationUpdate{conv->id, {{item_id, R"({"type":"message"})"}}, true, read_at};
+    return store_->CommitTurn(tc);
+  };
+  ASSERT_TRUE(turn(31, "resp_first", "msg_first").ok());
+  auto second = turn(32, "resp_second", "msg_second");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().code, StatusCode::kAborted);
+
+  Reopen();
+  EXPECT_FALSE(store_->LoadSession(32).ok());
+  auto r = store_->GetResponse("resp_second", "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+  auto items = store_->ListConversationItems(conv->id, "", Paging(true, "", 10));
+  ASSERT_TRUE(items.ok() && items->has_value());
+  EXPECT_EQ(Ids(**items), (std::vector<std::string>{"msg_first"}));
+
+  // The next turn, having read where the first one left it, commits.
+  TurnCommit next;
+  next.session_id = 31;
+  next.begin = 3;
+  next.prompt_end = 4;
+  next.tokens = toks;
+  next.conversation = ConversationUpdate{conv->id, {{"msg_next", R"({"type":"message"})"}}, true,
+                                         ConversationPointer{31, 3}};
+  auto ok = store_->CommitTurn(next);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  auto g = store_->GetConversation(conv->id, "");
+  ASSERT_TRUE(g.ok() && g->has_value());
+  EXPECT_EQ((ConversationPointer{(*g)->session_id, (*g)->end_token}), (ConversationPointer{31, 6}));
+}
+
 // Each commit fails at a different step, after earlier steps wrote: nothing of it may remain.
 TEST_P(StoreObjects, FailedCommitLeavesNothing) {
   ASSERT_TRUE(store_->PutResponse(SampleResponse("resp_taken", "")).ok());
