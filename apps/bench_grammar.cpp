@@ -59,6 +59,7 @@ double Median(std::vector<double> v) {
 struct RunResult {
   double tokens_per_s = 0;             // decode throughput over the batch
   double grammar_seconds = 0;          // engine-thread time in the matcher, all turns
+  double sampling_seconds = 0;         // engine-thread time in the sampler, all turns
   int64_t tokens = 0;                  // generated, all turns
   std::vector<std::vector<int32_t>> outputs;
 };
@@ -92,6 +93,7 @@ Result<RunResult> RunBatch(Engine& e, const std::vector<int32_t>& prompt, int ba
     last = std::max(last, r.total_seconds);
     n += static_cast<int64_t>(r.tokens.size()) - 1;
     out.grammar_seconds += r.grammar_seconds;
+    out.sampling_seconds += r.sampling_seconds;
     out.tokens += static_cast<int64_t>(r.tokens.size());
     out.outputs.push_back(r.tokens);
   }
@@ -146,12 +148,14 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
       struct Case {
         const char* automaton;
         std::vector<double> tokens_per_s;
-        double engine_grammar_s = 0;
+        double engine_grammar_s = 0, sampling_s = 0;
         int64_t engine_tokens = 0;
         std::vector<std::vector<int32_t>> outputs;
       };
       std::vector<double> off;
-      Case cases[2] = {{"fresh", {}, 0, 0, {}}, {"warm", {}, 0, 0, {}}};
+      Case cases[2] = {{"fresh", {}, 0, 0, 0, {}}, {"warm", {}, 0, 0, 0, {}}};
+      double off_sampling_s = 0;
+      int64_t off_tokens = 0;
       for (int r = 0; r < f.repeats; ++r) {
         Progress("%s batch %d: run %d/%d\r", name.c_str(), batch, r + 1, f.repeats);
         const uint64_t seed = 1000 * static_cast<uint64_t>(r + 1);
@@ -161,6 +165,8 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
           return 1;
         }
         off.push_back(a->tokens_per_s);
+        off_sampling_s += a->sampling_seconds;
+        off_tokens += a->tokens;
         for (Case& c : cases) {
           auto b = RunBatch(e, prompt, batch, f.tokens, seed, c.automaton[0] == 'f' ? make(text) : shared);
           if (!b.ok()) {
@@ -170,6 +176,7 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
           c.tokens_per_s.push_back(b->tokens_per_s);
           for (auto& o : b->outputs) c.outputs.push_back(o);
           c.engine_grammar_s += b->grammar_seconds;
+          c.sampling_s += b->sampling_seconds;
           c.engine_tokens += b->tokens;
         }
       }
@@ -198,6 +205,9 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
                               {"mask_us_per_token_cold", masked ? 1e6 * cold_s / masked : 0.0},
                               {"mask_us_per_token_warm", masked ? 1e6 * warm_s / masked : 0.0},
                               {"mask_us_per_token_engine", c.engine_tokens ? 1e6 * c.engine_grammar_s / c.engine_tokens : 0.0},
+                              // The sampler's time per token, unconstrained and under the masks.
+                              {"sample_us_per_token_off", off_tokens ? 1e6 * off_sampling_s / off_tokens : 0.0},
+                              {"sample_us_per_token_on", c.engine_tokens ? 1e6 * c.sampling_s / c.engine_tokens : 0.0},
                               {"tokens_replayed", masked}, {"states", st.states},
                               {"trie_walks", st.masks_computed}, {"masks_from_cache", st.masks_cached},
                               {"greedy_walks", st.greedy_walks}, {"budget_walks", st.budget_walks},
@@ -215,12 +225,13 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
     return 0;
   }
   std::printf("vocab %d tokens, trie %zu nodes, max_tokens %d\n", tok.n_vocab(), index->nodes().size(), f.tokens);
-  std::printf("%-7s %5s %-9s %12s %12s %7s %10s %10s %10s %8s %10s\n", "schema", "batch", "automaton", "off tok/s", "on tok/s",
-              "cost", "in engine", "mask cold", "mask warm", "states", "nodes/walk");
+  std::printf("%-7s %5s %-9s %12s %12s %7s %10s %10s %10s %10s %10s %8s %10s\n", "schema", "batch", "automaton", "off tok/s",
+              "on tok/s", "cost", "in engine", "sample off", "sample on", "mask cold", "mask warm", "states", "nodes/walk");
   for (const auto& r : j["results"]) {
-    std::printf("%-7s %5d %-9s %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8lld %10.0f\n", r["schema"].get<std::string>().c_str(),
+    std::printf("%-7s %5d %-9s %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8.1fus %8.1fus %8lld %10.0f\n", r["schema"].get<std::string>().c_str(),
                 r["batch"].get<int>(), r["automaton"].get<std::string>().c_str(), r["unconstrained_tokens_per_s"].get<double>(), r["constrained_tokens_per_s"].get<double>(),
-                100 * r["cost_share"].get<double>(), r["mask_us_per_token_engine"].get<double>(), r["mask_us_per_token_cold"].get<double>(),
+                100 * r["cost_share"].get<double>(), r["mask_us_per_token_engine"].get<double>(), r["sample_us_per_token_off"].get<double>(),
+                r["sample_us_per_token_on"].get<double>(), r["mask_us_per_token_cold"].get<double>(),
                 r["mask_us_per_token_warm"].get<double>(), static_cast<long long>(r["states"].get<int64_t>()),
                 r["trie_nodes_per_walk"].get<double>());
   }

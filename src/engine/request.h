@@ -97,6 +97,7 @@ struct TurnResult {
                                     // each step's measured time shared among its tokens by the
                                     // calibrated cost of their positions (engine/cost_fit.h)
   double grammar_seconds = 0;       // engine-thread time in the grammar matcher (masks and accepts)
+  double sampling_seconds = 0;      // engine-thread time in the sampler (penalties, mask, draw)
   std::vector<float> first_logits;  // [vocab] when capture_logits
   // With TurnRequest::logprobs >= 0, the logprob of the token that ended the turn without being
   // reported in a kText event (an end-of-generation or stop token), as PositionLogprobs::chosen

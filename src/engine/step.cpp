@@ -494,7 +494,9 @@ void Engine::RunBatch(const StepPlan& plan) {
       r.mask.resize((static_cast<size_t>(vocab) + 63) / 64, 0);  // padded vocab rows: refused
       allowed = r.mask;
     }
+    const double s0 = Now();
     int32_t id = r.sampler->Sample(std::span<const float>(l, vocab), r.seq, allowed);
+    r.result.sampling_seconds += Now() - s0;
     // A token masked above is drawn only when every token was (its logprob is then -inf).
     if (r.req.logprobs >= 0) r.logprobs = r.logprob_scan.For(id, l[id]);
     if (generated == 0) r.result.ttft_seconds = t - r.submitted;
