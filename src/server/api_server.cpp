@@ -31,6 +31,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   service_.SetSyncObserver([this](const char* result, double s) { metrics_.SessionSync(result, s); });
   service_.SetLockObserver([this](const char* result, double s) { metrics_.TurnLock(result, s); });
   service_.SetNoticeObserver([this](const char* action, double s) { metrics_.SessionNotice(action, s); });
+  service_.SetResyncObserver([this](size_t marked) { metrics_.ListenerResync(marked); });
   http::ServerLimits limits;
   limits.workers = config_.http_threads;
   limits.max_connections = config_.max_connections;
@@ -181,6 +182,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
 ApiServer::~ApiServer() {
   Stop();
   service_.SetNoticeObserver(nullptr);  // notices arrive on the store's thread until the service goes
+  service_.SetResyncObserver(nullptr);
 }
 
 std::string ApiServer::CorsOrigin(const Req& req) const {

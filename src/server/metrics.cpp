@@ -78,6 +78,11 @@ void Metrics::SessionNotice(const char* action, double latency_seconds) {
   notices_[action]++;
 }
 
+void Metrics::ListenerResync(uint64_t marked) {
+  listens_++;
+  resync_marks_ += marked;
+}
+
 void Metrics::Shed(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   shed_[reason]++;
@@ -169,6 +174,14 @@ std::string Metrics::Render(const EngineStats& e, const QueueState& q) const {
     for (const auto& [k, v] : notices_) {
       Line(&out, "mnemo_session_notices_total{action=\"%s\"} %llu", k.c_str(), static_cast<unsigned long long>(v));
     }
+    Header(&out, "mnemo_store_listens_total", "counter",
+           "Times the store's change listener began listening: 1 at start, one more after each reconnect "
+           "(notices sent while it was away are lost)");
+    Line(&out, "mnemo_store_listens_total %llu", static_cast<unsigned long long>(listens_.load()));
+    Header(&out, "mnemo_session_resync_marks_total", "counter",
+           "Local copies of stored sessions marked stale when the listener began listening again: each is "
+           "checked against the store on its next turn");
+    Line(&out, "mnemo_session_resync_marks_total %llu", static_cast<unsigned long long>(resync_marks_.load()));
   }
   auto counter = [&](const char* name, const char* help, uint64_t v) {
     Header(&out, name, "counter", help);

@@ -64,6 +64,10 @@ class Metrics {
   // A change notice from another replica changed this replica's copy of a session
   // (Service::OnStoreChange): "stale" or "dropped", and the notice's delivery latency.
   void SessionNotice(const char* action, double latency_seconds);
+  // The store's change listener began listening (Service::OnStoreChange, SessionChange::resync):
+  // at start, and again after each reconnect, when `marked` idle copies were marked stale because
+  // notices sent meanwhile may have been lost.
+  void ListenerResync(uint64_t marked);
   // This replica's name (ApiServer::replica_id), rendered as mnemo_replica_info{replica="..."} 1.
   void SetReplica(const std::string& id);
 
@@ -84,6 +88,7 @@ class Metrics {
   std::map<std::string, uint64_t> syncs_;   // SessionSync result -> probes
   std::map<std::string, uint64_t> locks_;   // TurnLock result -> locks taken (or refused)
   std::map<std::string, uint64_t> notices_;  // SessionNotice action -> notices
+  std::atomic<uint64_t> listens_{0}, resync_marks_{0};  // ListenerResync calls, copies marked
   std::string replica_;                     // "" until SetReplica
   Histogram ttft_, itl_, e2e_, queue_, probe_, lock_wait_, notice_latency_;
 };

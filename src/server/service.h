@@ -277,6 +277,13 @@ class Service : public ServedModel {
     std::lock_guard<std::mutex> lock(mu_);
     on_notice_ = std::move(fn);
   }
+  // Told each time the store's change listener begins listening (at start, and after each
+  // reconnect), with the number of idle copies marked stale because notices may have been lost.
+  using ResyncObserver = std::function<void(size_t marked)>;
+  void SetResyncObserver(ResyncObserver fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_resync_ = std::move(fn);
+  }
   ~Service();
   Engine& engine() { return engine_; }
   Store* store() { return store_; }
@@ -496,6 +503,7 @@ class Service : public ServedModel {
   SyncObserver on_sync_;  // SetSyncObserver
   LockObserver on_lock_;  // SetLockObserver
   NoticeObserver on_notice_;  // SetNoticeObserver (guarded by mu_: notices arrive from the start)
+  ResyncObserver on_resync_;  // SetResyncObserver (guarded by mu_, as on_notice_)
   std::atomic<int> resyncs_{0};  // times the store's listener began listening (OnStoreChange)
 };
 

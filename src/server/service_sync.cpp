@@ -305,6 +305,7 @@ void Service::OnStoreChange(const SessionChange& c) {
         marked++;
       }
       resyncs_++;
+      if (on_resync_) on_resync_(marked);
     }
     if (resyncs_ > 1 || marked > 0) {
       spdlog::warn("store notifications: listening {}; notices sent meanwhile may be lost: {} local copies of stored "

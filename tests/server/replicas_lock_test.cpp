@@ -362,7 +362,13 @@ TEST_F(Replicas, NoticesLostWhileNotListeningMarkEveryCopyStale) {
   const std::vector<int32_t> more = {5, 6, 7};
   ASSERT_TRUE((*store)->AppendTurn(sid, n, n, more, true).ok());  // its notice reaches no one
   ASSERT_TRUE(pg_->Sql("ALTER DATABASE " + name + " WITH ALLOW_CONNECTIONS true"));
-  EXPECT_TRUE(wait_log("1 local copies of stored sessions marked to be checked against the store")) << b->proc.log();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Metric(b->c, "mnemo_store_listens_total") < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Metric(b->c, "mnemo_store_listens_total"), 2) << b->proc.log();  // at start, then again
+  EXPECT_EQ(Metric(b->c, "mnemo_session_resync_marks_total"), 1) << b->proc.log();
+  EXPECT_NE(b->proc.log().find("marked to be checked against the store"), std::string::npos);
   EXPECT_EQ(Metric(b->c, "mnemo_session_notices_total{action=\"stale\"}"), 0) << "a notice reached b";
 
   // b's next turn on the session finds the store's turn (a delta) and continues after it.
