@@ -154,8 +154,7 @@ constexpr pg::Stmt kLockForMarks{"lock_for_marks",
 Status AddMarks(Conn& c, int64_t id, const Rows& head, int64_t n, int64_t at, std::span<const int32_t> last) {
   const int64_t m = head.IsNull(0, 2) ? 0 : head.Int(0, 2);  // marked up to here
   const uint64_t seed = head.IsNull(0, 2) ? PrefixSeed(head.Text(0, 0)) : static_cast<uint64_t>(head.Int(0, 3));
-  // No chunk completed since, and not a short log (store.h: marked at its length).
-  if (n / kPrefixChunk == m / kPrefixChunk && (n >= kPrefixChunk || n == 0)) return {};
+  if (!store_internal::HasMarksToAdd(m, n)) return {};
   const int64_t read_end = at >= 0 ? at : n;
   std::vector<int32_t> tail;  // tokens [m, n)
   tail.reserve(n - m);
@@ -365,7 +364,7 @@ Status PgStore::AppendTurnTx(Conn& c, int64_t id, int64_t begin, int64_t prompt_
   // The row lock orders this append against other replicas'; a turn that completes a chunk (or
   // leaves a short log) reads what marking it needs in the same round trip (one that completes
   // none has no mark to add, and any mark missing before it is added when one does).
-  const bool marks = begin / kPrefixChunk != end / kPrefixChunk || end < kPrefixChunk;
+  const bool marks = store_internal::HasMarksToAdd(begin, end);
   auto head = c.Exec(kLockForMarks, {id, begin, marks ? "true" : "false"});
   if (!head) return head.error();
   if (head->size() == 0) return MakeError("unknown session %lld", LL(id));

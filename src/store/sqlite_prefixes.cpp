@@ -25,8 +25,7 @@ Status MarkPrefixes(Db& db, int64_t id, std::span<const int32_t> last) {
   const int64_t n = head->Int(1);
   const int64_t m = head->IsNull(2) ? 0 : head->Int(2);  // marked up to here
   const uint64_t seed = head->IsNull(2) ? PrefixSeed(head->Text(0)) : static_cast<uint64_t>(head->Int(3));
-  // No chunk completed since, and not a short log (store.h: marked at its length).
-  if (n / kPrefixChunk == m / kPrefixChunk && (n >= kPrefixChunk || n == 0)) return {};
+  if (!store_internal::HasMarksToAdd(m, n)) return {};
   // Tokens [m, n): read back what `last` does not hold (the partial chunk before a turn).
   const int64_t held = std::min<int64_t>(static_cast<int64_t>(last.size()), n - m);
   std::vector<int32_t> tail;

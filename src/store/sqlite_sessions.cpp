@@ -99,7 +99,7 @@ Status SqliteStore::AppendTurnTx(int64_t id, int64_t begin, int64_t prompt_end, 
   MNEMO_TRY(upd->Bind(1, id).Bind(2, end).Bind(3, now).Run());
   // A turn that completes no chunk has no mark to add (one missing before it is added when one
   // does), unless it leaves a short log (marked at its length).
-  if (begin / kPrefixChunk == end / kPrefixChunk && end >= kPrefixChunk) return {};
+  if (!store_internal::HasMarksToAdd(begin, end)) return {};
   return sqlite::MarkPrefixes(*writer_, id, tokens);
 }
 

@@ -26,4 +26,11 @@ Result<ItemPage> PageOf(std::vector<StoredItem> items, const ListOptions& option
 
 Status CheckLimit(const ListOptions& options);
 
+// Whether a log of n tokens, marked up to its last full mark at m (0: none), has prefix marks to
+// add (store.h): a chunk completed since m, or a short log (marked at its length). With m = a
+// turn's begin and n its end: whether the turn's append must mark anything.
+inline bool HasMarksToAdd(int64_t m, int64_t n) {
+  return n / kPrefixChunk != m / kPrefixChunk || (n > 0 && n < kPrefixChunk);
+}
+
 }  // namespace mnemo::store_internal
