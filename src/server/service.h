@@ -126,7 +126,8 @@ struct TurnSpec {
 };
 
 // A turn lock (Store::TryLockTurn): a stored session's on a shared store, taken before a turn that
-// continues the session probes it, or a conversation's (Service::LockStored, any store), released when the turn commits or fails (Service::Commit), or
+// continues the session probes it, or a conversation's (Service::LockStored, any store), released
+// when the turn commits or fails (Service::Commit), or
 // else when the last copy of its StartedTurn goes. n > 1 choices share their prompt's lock
 // (Service::StartChoices): each choice is one more holder, and the lock goes with the last
 // holder's Release, so that no other replica's turn lands between the prompt's commit and the
@@ -263,7 +264,8 @@ class Service : public ServedModel {
   // before serving (ApiServer counts them in /metrics).
   using SyncObserver = std::function<void(const char* result, double probe_seconds)>;
   void SetSyncObserver(SyncObserver fn) { on_sync_ = std::move(fn); }
-  // Told of every turn lock taken (LockTurn): "free", "waited" (another turn held it), "timeout" (it still did after ServiceConfig::turn_lock_wait_s: the
+  // Told of every turn lock taken (LockTurn): "free", "waited" (another turn held it), "timeout"
+  // (it still did after ServiceConfig::turn_lock_wait_s: the
   // request got 409) or "unavailable" (the store could not be asked: the turn went on without), and
   // how long the request waited, in seconds.
   using LockObserver = std::function<void(const char* result, double wait_seconds)>;
@@ -353,7 +355,8 @@ class Service : public ServedModel {
   ApiResult<StartedTurn> StartRendered(TurnSpec spec, int64_t synced = -1, int depth = 0,
                                        std::shared_ptr<TurnLock> lock = nullptr);
   // Takes turn lock id (Store::TryLockTurn), polling while another turn (another replica's, or,
-  // on any store, another request's of this one) holds it, at most ServiceConfig::turn_lock_wait_s; *waited tells whether it had to wait (the
+  // on any store, another request's of this one) holds it, at most ServiceConfig::turn_lock_wait_s;
+  // *waited tells whether it had to wait (the
   // session then moved: the caller probes it). Null when there is no lock to take (no store, or
   // the store could not be asked: the compare-and-set still guards the commit). Start and the
   // fast paths take it on a shared store only: on one process the busy mark does its work.
