@@ -292,7 +292,7 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& body = std::get<Json>(parsed);
   using namespace http;  // FieldType bits
-  if (auto e = CheckFields(body, {{"model", kString}, {"prompt", kString}, {"max_tokens", kInteger},
+  if (auto e = CheckFields(body, {{"model", kString}, {"prompt", kString | kArray}, {"max_tokens", kInteger},
                                   {"temperature", kNumber}, {"top_p", kNumber}, {"n", kInteger}, {"stream", kBool},
                                   {"stream_options", kObject}, {"stop", kString | kArray},
                                   {"presence_penalty", kNumber}, {"frequency_penalty", kNumber}, {"seed", kInteger},
@@ -303,8 +303,21 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
     return *e;
   }
   auto p = body.find("prompt");
-  if (p == body.end() || !p->is_string()) {
-    return http::BadRequest("'prompt' must be a string", "prompt", "invalid_type");
+  if (p == body.end() || p->is_null()) return http::BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
+  // OpenAI's prompt is a string, an array of strings, an array of token ids or an array of those.
+  // LangChain's OpenAI LLM always sends an array (of one prompt per invoke), so an array of one
+  // string is that string; several prompts and token ids are refused, never half-answered.
+  if (p->is_array()) {
+    if (p->size() == 1 && (*p)[0].is_string()) {
+      p = p->begin();
+    } else if (!p->empty() && ((*p)[0].is_number_integer() || (*p)[0].is_array())) {
+      return BadRequest("Prompts as token ids are not supported: send the prompt's text", "prompt", "unsupported_value");
+    } else if (p->size() > 1) {
+      return BadRequest("'prompt' holds " + std::to_string(p->size()) + " prompts; mnemo completes one prompt per "
+                        "request (send one request per prompt)", "prompt", "unsupported_value");
+    } else {
+      return BadRequest("'prompt' must be a string or an array of one string", "prompt", "invalid_type");
+    }
   }
   TurnSpec spec;
   spec.owner = owner;

@@ -86,6 +86,11 @@ TEST_F(OpenAiCompat, KnownFieldsWithNeutralValuesAreAccepted) {
     body.update(extra);
     Post("/v1/responses", body, 200);
   }
+  // A prompt array of one string, as LangChain's OpenAI LLM sends every prompt.
+  Json j = Post("/v1/completions", {{"prompt", {"Once upon a time"}}, {"max_tokens", 2}, {"echo", true}}, 200);
+  if (j.contains("choices")) {
+    EXPECT_EQ(j["choices"][0]["text"].get<std::string>().rfind("Once upon a time", 0), 0u) << j.dump();
+  }
 }
 
 TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
@@ -116,6 +121,13 @@ TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
   j = Post("/v1/responses", {{"input", "Hi"}, {"stream_options", {{"bogus", 1}}}}, 400);
   if (j.is_object()) {
     EXPECT_EQ(j["error"]["param"], "stream_options.bogus");
+  }
+  // Several prompts in one request, and token-id prompts, are refused whole.
+  for (const Json& prompt : {Json{"a", "b"}, Json::array({1, 2, 3}), Json::array({Json::array({1, 2})}), Json::array()}) {
+    j = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}}, 400);
+    if (j.is_object()) {
+      EXPECT_EQ(j["error"]["param"], "prompt") << prompt.dump();
+    }
   }
 }
 
