@@ -1,6 +1,7 @@
 // Function tools: parsing, checks, rendering, grammar, reply extraction (see tools.h).
 #include "server/tools.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -94,6 +95,61 @@ bool ToolRequest::Has(const std::string& name) const {
   return false;
 }
 
+bool ToolRequest::Callable(const std::string& name) const {
+  if (!Has(name)) return false;
+  if (choice == ToolChoice::kNamed) return name == named;
+  return allowed.empty() || std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+}
+
+namespace {
+
+// tool_choice {type: "allowed_tools", ...}: chat nests {mode, tools} in `allowed_tools`, each tool
+// {type: "function", function: {name}}; Responses has them at the top, each {type: "function", name}.
+std::optional<ApiError> ParseAllowedTools(const Json& c, bool responses, ToolRequest* out) {
+  const Json* holder = &c;
+  std::string hp = "tool_choice";
+  if (!responses) {
+    if (!c.contains("allowed_tools") || !c["allowed_tools"].is_object()) {
+      return Bad("Missing required parameter: 'tool_choice.allowed_tools'.", "tool_choice.allowed_tools", "missing_required_parameter");
+    }
+    holder = &c["allowed_tools"];
+    hp = "tool_choice.allowed_tools";
+  }
+  const Json& h = *holder;
+  if (!h.contains("mode") || !h["mode"].is_string()) {
+    return Bad("Missing required parameter: '" + hp + ".mode'.", hp + ".mode", "missing_required_parameter");
+  }
+  const std::string mode = h["mode"].get<std::string>();
+  if (mode != "auto" && mode != "required") {
+    return Bad("'" + hp + ".mode' must be 'auto' or 'required'; got '" + mode.substr(0, 80) + "'", hp + ".mode");
+  }
+  if (!h.contains("tools") || !h["tools"].is_array() || h["tools"].empty()) {
+    return Bad("'" + hp + ".tools' must be a non-empty array of tools", hp + ".tools", "invalid_type");
+  }
+  for (size_t i = 0; i < h["tools"].size(); ++i) {
+    const Json& t = h["tools"][i];
+    const std::string tp = hp + ".tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function") {
+      return Bad("'" + tp + ".type' must be 'function' (only function tools are supported)", tp + ".type", "unsupported_value");
+    }
+    const Json* fn = &t;
+    std::string np = tp + ".name";
+    if (!responses || t.contains("function")) {
+      if (!t.contains("function") || !t["function"].is_object()) return Bad("Missing required parameter: '" + tp + ".function'.", tp + ".function", "missing_required_parameter");
+      fn = &t["function"];
+      np = tp + ".function.name";
+    }
+    if (!fn->contains("name") || !(*fn)["name"].is_string()) return Bad("Missing required parameter: '" + np + "'.", np, "missing_required_parameter");
+    const std::string name = (*fn)["name"].get<std::string>();
+    if (!out->Has(name)) return Bad("tool_choice allows function '" + name.substr(0, 80) + "', which is not in 'tools'", np);
+    out->allowed.push_back(name);
+  }
+  out->choice = mode == "required" ? ToolChoice::kRequired : ToolChoice::kAuto;
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseTools(const Json& body, const std::string& raw_body, bool responses, ToolRequest* out) {
   if (!http::Absent(body, "parallel_tool_calls")) out->parallel = body["parallel_tool_calls"].get<bool>();
   if (!http::Absent(body, "tools") && !body["tools"].empty()) {
@@ -114,9 +170,12 @@ std::optional<ApiError> ParseTools(const Json& body, const std::string& raw_body
     else if (s == "auto") out->choice = ToolChoice::kAuto;
     else if (s == "required") out->choice = ToolChoice::kRequired;
     else return Bad("'tool_choice' must be 'none', 'auto', 'required' or a function; got '" + s.substr(0, 80) + "'", "tool_choice");
+  } else if (c.contains("type") && c["type"] == "allowed_tools") {
+    if (auto e = ParseAllowedTools(c, responses, out)) return e;
   } else {
     if (!c.contains("type") || c["type"] != "function") {
-      return Bad("'tool_choice.type' must be 'function'", "tool_choice.type", c.contains("type") ? "unsupported_value" : "missing_required_parameter");
+      return Bad("'tool_choice.type' must be 'function' or 'allowed_tools'", "tool_choice.type",
+                 c.contains("type") ? "unsupported_value" : "missing_required_parameter");
     }
     const Json* holder = &c;
     std::string hp = "tool_choice";
@@ -164,7 +223,7 @@ Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools) {
   std::string calls;
   int k = 0;
   for (const ToolRequest::Tool& t : tools.tools) {
-    if (tools.choice == ToolChoice::kNamed && t.name != tools.named) continue;
+    if (!tools.Callable(t.name)) continue;
     const std::string args = "args-" + std::to_string(k);
     MNEMO_TRY(c.Add(args, t.parameters));
     const std::string text = ToolCallText(f, t.name, "\x01");
@@ -249,12 +308,16 @@ ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_
   if (!tools.parse()) return out;
   ParsedToolCalls p = ParseToolCalls(f, raw);
   for (ChatToolCall& c : p.calls) {
-    if (!tools.Has(c.name)) continue;  // a call of no offered tool stays text
+    if (!tools.Callable(c.name)) continue;  // a call of no offered (or allowed) tool stays text
     if (!tools.parallel && !out.calls.empty()) break;
     c.id = NewId("call_");
     out.calls.push_back(std::move(c));
   }
-  if (!out.calls.empty() || p.content.size() != raw.size()) out.content = p.content;
+  if (!out.calls.empty()) {
+    out.content = p.content;
+  } else if (p.calls.empty() && p.content.size() != raw.size()) {
+    out.content = p.content;  // cut-off markup dropped
+  }  // else every call named a tool not offered (or not allowed): the reply stays text, calls included
   // Under required / a named tool the grammar made the whole reply call syntax: nothing in it is
   // content, not even a call cut off by max_tokens.
   if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) out.content.clear();

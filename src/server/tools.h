@@ -6,6 +6,10 @@
 //              parallel_tool_calls (default true);
 //   responses: tools: [{type: "function", name, description, parameters, strict}],
 //              tool_choice: the strings above | {type: "function", name}, parallel_tool_calls.
+//   Both also take tool_choice allowed_tools (chat {type: "allowed_tools", allowed_tools: {mode,
+//   tools: [{type: "function", function: {name}}]}}, responses {type: "allowed_tools", mode,
+//   tools: [{type: "function", name}]}): every tool is rendered (the prompt, and so its cache,
+//   stays the same whichever subset a turn allows), only the allowed ones are called.
 // Rendering: a template that renders tools itself (chat/tool_calls.h TemplateRendersTools) gets
 // `tools` (chat shape) as a template variable; any other gets GenericToolsPrompt as a system block
 // (merged into the leading system message / the Responses instructions) and the history's calls
@@ -37,9 +41,11 @@ struct ToolRequest {
   nlohmann::ordered_json chat_tools = nlohmann::ordered_json::array();  // chat-shaped, for templates
   ToolChoice choice = ToolChoice::kAuto;
   std::string named;      // kNamed: the function
+  std::vector<std::string> allowed;  // allowed_tools: the tools that may be called (empty: all of them)
   bool parallel = true;   // parallel_tool_calls
   bool parse() const { return !tools.empty() && choice != ToolChoice::kNone; }  // look for calls in the reply
-  bool Has(const std::string& name) const;
+  bool Has(const std::string& name) const;       // offered (rendered)
+  bool Callable(const std::string& name) const;  // offered, and allowed (a named choice: that one)
 };
 
 // Reads tools / tool_choice / parallel_tool_calls (raw_body keeps the schemas' key order).

@@ -66,10 +66,13 @@ TEST_F(Tools, ChatRequiredAndNamedCallsValidateAcrossSeeds) {
   ASSERT_GT(server_->port(), 0) << server_->log();
   Client c(server_->port());
   for (int seed = 1; seed <= 6; ++seed) {
-    const bool named = seed % 2 == 0;
+    // Seed 5: allowed_tools (the AI SDK's allowedTools), required, with get_time alone allowed.
+    const bool named = seed % 2 == 0 || seed == 5;
+    const Json allowed = {{"type", "allowed_tools"},
+                          {"allowed_tools", {{"mode", "required"}, {"tools", {{{"type", "function"}, {"function", {{"name", "get_time"}}}}}}}}};
     Json body = {{"messages", UserAsks()}, {"tools", ChatTools()}, {"max_tokens", 160}, {"seed", seed},
                  {"parallel_tool_calls", seed % 3 != 0},
-                 {"tool_choice", named ? Json{{"type", "function"}, {"function", {{"name", "get_time"}}}} : Json("required")}};
+                 {"tool_choice", seed == 5 ? allowed : named ? Json{{"type", "function"}, {"function", {{"name", "get_time"}}}} : Json("required")}};
     Json j = c.Post("/v1/chat/completions", body);
     const std::string what = "seed " + std::to_string(seed);
     ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << what << ": " << j.dump();
@@ -153,15 +156,19 @@ TEST_F(Tools, ResponsesFunctionCallRoundTrip) {
     const std::string what = "seed " + std::to_string(seed);
     Json body = {{"input", "Weather in Oslo for three days?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 160},
                  {"seed", seed}, {"tool_choice", seed == 2 ? Json{{"type", "function"}, {"name", "get_weather"}} : Json("required")}};
+    if (seed == 3) {  // allowed_tools, Responses' shape: only get_weather may be called
+      body["tool_choice"] = {{"type", "allowed_tools"}, {"mode", "required"}, {"tools", {{{"type", "function"}, {"name", "get_weather"}}}}};
+    }
     Json r = c.Post("/v1/responses", body);
     ASSERT_EQ(r["status"], "completed") << r.dump();
     EXPECT_EQ(r["tools"].size(), 2u);
+    EXPECT_EQ(r["tool_choice"], body["tool_choice"]);
     Json outputs = Json::array();
     for (const Json& item : r["output"]) {
       ASSERT_EQ(item["type"], "function_call") << what << ": " << item.dump();
       EXPECT_EQ(item["call_id"].get<std::string>().rfind("call_", 0), 0u);
       EXPECT_EQ(item["id"].get<std::string>().rfind("fc_", 0), 0u);
-      if (seed == 2) EXPECT_EQ(item["name"], "get_weather");
+      if (seed >= 2) EXPECT_EQ(item["name"], "get_weather");
       ExpectValidCall(item["name"], item["arguments"], what);
       outputs.push_back({{"type", "function_call_output"}, {"call_id", item["call_id"]}, {"output", "cloudy"}});
     }
@@ -327,6 +334,14 @@ TEST_F(Tools, AutoFindsACallAfterText) {
   ASSERT_EQ(m["tool_calls"].size(), 1u) << j.dump();
   EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_time");
   EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"UTC\"}");
+  // With get_weather alone allowed, the call of get_time (rendered, not allowed) stays text.
+  Json only_weather = body;
+  only_weather["tool_choice"] = {{"type", "allowed_tools"},
+                                 {"allowed_tools", {{"mode", "auto"}, {"tools", {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}}}};
+  Json text_reply = c.Post("/v1/chat/completions", only_weather);
+  EXPECT_EQ(text_reply["choices"][0]["finish_reason"], "stop") << text_reply.dump();
+  EXPECT_EQ(text_reply["choices"][0]["message"]["content"], reply) << text_reply.dump();
+  EXPECT_FALSE(text_reply["choices"][0]["message"].contains("tool_calls"));
   body["stream"] = true;
   const Json r = c.Post("/v1/chat/completions", body);
   ASSERT_TRUE(r.is_array());
@@ -389,6 +404,15 @@ TEST_F(Tools, BadToolRequestsAre400WithParam) {
   expect_400("/v1/responses", {{"input", "hi"}, {"tools", ResponsesTools()}, {"tool_choice", {{"type", "function"}, {"name", "nope"}}}},
              "tool_choice.name");
   expect_400("/v1/responses", {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"}}}}}, "input[0].arguments");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", ChatTools()},
+                    {"tool_choice", {{"type", "allowed_tools"}, {"allowed_tools", {{"mode", "required"}, {"tools", {{{"type", "function"}, {"function", {{"name", "nope"}}}}}}}}}}},
+             "tool_choice.allowed_tools.tools[0].function.name");
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", ChatTools()},
+                    {"tool_choice", {{"type", "allowed_tools"}, {"allowed_tools", {{"mode", "sometimes"}, {"tools", {{{"type", "function"}, {"function", {{"name", "get_time"}}}}}}}}}}},
+             "tool_choice.allowed_tools.mode");
+  expect_400("/v1/responses", {{"input", "hi"}, {"tools", ResponsesTools()},
+                               {"tool_choice", {{"type", "allowed_tools"}, {"mode", "auto"}, {"tools", {{{"type", "function"}, {"name", "nope"}}}}}}},
+             "tool_choice.tools[0].name");
 }
 
 // The parser never returns cut-off markup as content, and finds calls after text.
