@@ -86,10 +86,22 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
       if (stream) {
         if (auto done = OpenChoiceStream(*run, t, owner, *reply)) return *done;
       }
-      if (stream && !c->role_sent) {
+      // The role goes in the first chunk, as OpenAI sends it: with `content: ""` before text, with
+      // `content: null` before calls (an empty string there made the AI SDK open and close an
+      // empty text part before each call). Under auto with tools it waits for the first delta,
+      // which may be content or a call.
+      if (stream && !c->role_sent && (forced || !tools->parse())) {
         c->role_sent = true;
-        write(http::SseData(chunk(i, {{"role", "assistant"}, {"content", ""}}, nullptr)));
+        write(http::SseData(chunk(i, {{"role", "assistant"}, {"content", forced ? Json(nullptr) : Json("")}}, nullptr)));
       }
+      auto with_role = [&c](Json delta) {
+        if (!c->role_sent) {
+          c->role_sent = true;
+          delta["role"] = "assistant";
+          if (!delta.contains("content")) delta["content"] = nullptr;
+        }
+        return delta;
+      };
       TurnEvent ev;
       while (t.handle->TryNext(&ev)) {
         if (ev.kind == TurnEvent::kText) {
@@ -105,7 +117,7 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
           }
           // Text goes out as content until a call opener; the rest is held and sent as calls at the end.
           const std::string out = c->hold->Feed(ev.token, ev.text);
-          if (!out.empty()) write(http::SseData(chunk(i, {{"content", out}}, nullptr, &c->lp)));
+          if (!out.empty()) write(http::SseData(chunk(i, with_role({{"content", out}}), nullptr, &c->lp)));
           continue;
         }
         const TurnResult& r = ev.result;
@@ -164,19 +176,21 @@ void ApiServer::ChatCompletions(const Req& req, Res& res, const std::string& own
             // The content held back and the calls from the first opener on.
             const ToolReply tool = c->hold->End();
             if (!tool.calls.empty()) finish = "tool_calls";
-            if (!tool.content.empty()) write(http::SseData(chunk(i, {{"content", tool.content}}, nullptr, &c->lp)));
+            if (!tool.content.empty()) write(http::SseData(chunk(i, with_role({{"content", tool.content}}), nullptr, &c->lp)));
             // As OpenAI streams a call: index, id, type and name with empty arguments, then the
             // arguments in pieces.
             for (size_t k = 0; k < tool.calls.size(); k++) {
               const ChatToolCall& call = tool.calls[k];
-              write(http::SseData(chunk(i, {{"tool_calls", Json::array({{{"index", k}, {"id", call.id}, {"type", "function"},
-                                                                          {"function", {{"name", call.name}, {"arguments", ""}}}}})}},
+              write(http::SseData(chunk(i, with_role({{"tool_calls", Json::array({{{"index", k}, {"id", call.id}, {"type", "function"},
+                                                                                    {"function", {{"name", call.name}, {"arguments", ""}}}}})}}),
                                         nullptr)));
               for (const std::string& piece : Utf8Pieces(call.arguments, 16)) {
                 write(http::SseData(chunk(i, {{"tool_calls", Json::array({{{"index", k}, {"function", {{"arguments", piece}}}}})}}, nullptr)));
               }
             }
           }
+          // An empty reply: the role chunk still comes first.
+          if (!c->role_sent) write(http::SseData(chunk(i, with_role({{"content", ""}}), nullptr)));
           // Tokens whose text never went out as content (held back, or calls) report here.
           Json last = chunk(i, Json::object(), finish, c->lp.empty() ? nullptr : &c->lp);
           if (context.applied) last["mnemo_context"] = http::ContextJson(context);

@@ -100,11 +100,16 @@ TEST_F(Tools, ChatStreamedDeltasReassembleToTheCall) {
     ASSERT_TRUE(r.is_array());
     Json calls = Json::array();
     std::string finish, content;
+    int texts = 0;  // deltas with a string content: OpenAI sends none before calls (content null)
     for (const Json& ev : r) {
       if (ev["choices"].empty()) continue;
       const Json& ch = ev["choices"][0];
       if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
-      if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) content += ch["delta"]["content"].get<std::string>();
+      if (&ev == &r[0]) EXPECT_TRUE(ch["delta"]["role"] == "assistant" && ch["delta"]["content"].is_null()) << ev.dump();
+      if (ch["delta"].contains("content") && ch["delta"]["content"].is_string()) {
+        texts++;
+        content += ch["delta"]["content"].get<std::string>();
+      }
       if (!ch["delta"].contains("tool_calls")) continue;
       for (const Json& d : ch["delta"]["tool_calls"]) {
         const size_t k = d["index"];
@@ -120,6 +125,7 @@ TEST_F(Tools, ChatStreamedDeltasReassembleToTheCall) {
     }
     EXPECT_EQ(finish, "tool_calls");
     EXPECT_EQ(content, "");
+    EXPECT_EQ(texts, 0) << r.dump();
     const Json& want = whole["choices"][0]["message"]["tool_calls"];
     ASSERT_EQ(calls.size(), want.size()) << r.dump();
     for (size_t k = 0; k < calls.size(); ++k) {  // same seed: the same call
@@ -360,6 +366,19 @@ TEST_F(Tools, AutoFindsACallAfterText) {
   EXPECT_EQ(content, "Let me check.\n") << r.dump();  // streamed as it came, up to the call
   EXPECT_EQ(name, "get_time");
   EXPECT_EQ(args, "{\"zone\": \"UTC\"}");
+  EXPECT_EQ(r[0]["choices"][0]["delta"]["role"], "assistant") << r.dump();
+  // A reply that is only a call: the role comes with the call, content null, and no delta has text.
+  Json only_call = body;
+  only_call["grammar"] = "root ::= " + grammar::Literal(reply.substr(reply.find('<')));
+  const Json oc = c.Post("/v1/chat/completions", only_call);
+  ASSERT_TRUE(oc.is_array() && !oc.empty());
+  EXPECT_EQ(oc[0]["choices"][0]["delta"]["role"], "assistant") << oc.dump();
+  EXPECT_TRUE(oc[0]["choices"][0]["delta"]["content"].is_null()) << oc.dump();
+  EXPECT_TRUE(oc[0]["choices"][0]["delta"].contains("tool_calls")) << oc.dump();
+  for (const Json& ev : oc) {
+    if (ev["choices"].empty()) continue;
+    EXPECT_FALSE(ev["choices"][0]["delta"].contains("content") && ev["choices"][0]["delta"]["content"].is_string()) << ev.dump();
+  }
   // Responses, streamed: a message item with the text, then the function_call item.
   Json rb = {{"input", "Time?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 120}, {"grammar", grammar}, {"stream", true}};
   const Json rr = c.Post("/v1/responses", rb);
