@@ -103,6 +103,19 @@ std::optional<ApiError> ParseKnownFields(const Json& body, Endpoint ep, int n_vo
   }
   // Responses' `prompt` names a stored prompt template (the completions `prompt` is the text).
   if (ep == Endpoint::kResponses && !Absent(body, "prompt")) return Unsupported("prompt", "Prompt templates");
+  // How long OpenAI keeps a prompt's cache: mnemo keeps sessions by its own bounds (--session-ttl,
+  // --max-sessions, the tiers), so either value means the same here.
+  if (!Absent(body, "prompt_cache_retention")) {
+    const Json& v = body["prompt_cache_retention"];
+    if (v != "in_memory" && v != "in-memory" && v != "24h") {
+      return BadRequest("'prompt_cache_retention' must be one of in_memory, 24h", "prompt_cache_retention", "invalid_value");
+    }
+  }
+  // Responses' server-side compaction: ignoring it would let a conversation overflow that the
+  // client expected compacted.
+  if (ep == Endpoint::kResponses && !Absent(body, "context_management") && !body["context_management"].empty()) {
+    return Unsupported("context_management", "Server-side compaction ('context_management')");
+  }
   if (!Absent(body, "background") && body["background"].get<bool>()) {
     return Unsupported("background", "Background responses");
   }

@@ -253,7 +253,8 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
                                   {"context_keep_last", kInteger}, {"include", kArray}, {"logit_bias", kObject},
                                   {"top_logprobs", kInteger}, {"tools", kArray}, {"tool_choice", kString | kObject},
                                   {"functions", kArray}, {"function_call", kString | kObject},
-                                  {"prompt_cache_key", kString}, {"safety_identifier", kString},
+                                  {"prompt_cache_key", kString}, {"prompt_cache_retention", kString},
+                                  {"safety_identifier", kString},
                                   {"reasoning_effort", kString}, {"verbosity", kString}, {"modalities", kArray},
                                   {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject},
                                   {"response_format", kObject}, {"grammar", kString}})) {
@@ -365,8 +366,9 @@ ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::stri
                                   {"reasoning", kObject}, {"service_tier", kString}, {"context_budget", kNumber},
                                   {"context_mode", kString}, {"context_preset", kString},
                                   {"context_relevance", kString}, {"context_keep_last", kInteger},
-                                  {"include", kArray}, {"prompt_cache_key", kString}, {"safety_identifier", kString},
-                                  {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
+                                  {"include", kArray}, {"prompt_cache_key", kString},
+                                  {"prompt_cache_retention", kString}, {"context_management", kArray},
+                                  {"safety_identifier", kString}, {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
                                   {"max_tool_calls", kInteger}, {"prompt", kObject}, {"grammar", kString}})) {
     return *e;
   }

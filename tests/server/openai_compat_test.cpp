@@ -73,7 +73,7 @@ TEST_F(OpenAiCompat, KnownFieldsWithNeutralValuesAreAccepted) {
                             Json{{"reasoning_effort", "low"}}, Json{{"verbosity", "medium"}},
                             Json{{"modalities", {"text"}}}, Json{{"prediction", nullptr}},
                             Json{{"functions", Json::array()}}, Json{{"function_call", "none"}},
-                            Json{{"audio", nullptr}}}) {
+                            Json{{"audio", nullptr}}, Json{{"prompt_cache_retention", "24h"}}}) {
     Json body = {{"messages", msgs}, {"max_tokens", 2}};
     body.update(extra);
     Post("/v1/chat/completions", body, 200);
@@ -81,7 +81,8 @@ TEST_F(OpenAiCompat, KnownFieldsWithNeutralValuesAreAccepted) {
   for (const Json& extra : {Json{{"include", Json::array()}}, Json{{"prompt_cache_key", "k"}},
                             Json{{"safety_identifier", "u1"}}, Json{{"background", false}},
                             Json{{"stream_options", Json::object()}}, Json{{"top_logprobs", 0}},
-                            Json{{"max_tool_calls", 3}}, Json{{"tool_choice", "none"}}}) {
+                            Json{{"max_tool_calls", 3}}, Json{{"tool_choice", "none"}},
+                            Json{{"prompt_cache_retention", "in_memory"}}, Json{{"context_management", Json::array()}}}) {
     Json body = {{"input", "Hi"}, {"max_output_tokens", 2}, {"store", false}};
     body.update(extra);
     Post("/v1/responses", body, 200);
@@ -117,6 +118,15 @@ TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
   Json j = Post("/v1/responses", {{"input", "Hi"}, {"background", true}}, 400);
   if (j.is_object()) {
     EXPECT_EQ(j["error"]["param"], "background");
+  }
+  j = Post("/v1/responses", {{"input", "Hi"}, {"context_management", {{{"type", "compaction"}, {"compact_threshold", 1000}}}}}, 400);
+  if (j.is_object()) {
+    EXPECT_EQ(j["error"]["param"], "context_management");
+    EXPECT_EQ(j["error"]["code"], "unsupported_parameter");
+  }
+  j = Post("/v1/chat/completions", {{"messages", msgs}, {"prompt_cache_retention", "forever"}}, 400);
+  if (j.is_object()) {
+    EXPECT_EQ(j["error"]["param"], "prompt_cache_retention");
   }
   j = Post("/v1/responses", {{"input", "Hi"}, {"stream_options", {{"bogus", 1}}}}, 400);
   if (j.is_object()) {
