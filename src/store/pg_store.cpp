@@ -701,6 +701,24 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
                          LL(t.session_id), LL(cuts->value_or(-1)), LL(*t.expected_cuts));
       }
     }
+    // The conversation's compare-and-set before this commit's own cut, which clears pointers past
+    // it (this conversation's too, when the cut drops its previous turn's last tokens).
+    if (t.conversation && t.conversation->expected) {
+      auto r = c.Exec(Stmt{"conversation_pointer",
+                           "SELECT session_id, end_token FROM conversations WHERE id=$1 FOR UPDATE"},
+                      {t.conversation->conversation_id});
+      if (!r) return r.error();
+      if (r->size() == 0) {
+        return MakeError("unknown conversation '%s'", t.conversation->conversation_id.c_str());
+      }
+      ConversationPointer now_at;
+      if (!r->IsNull(0, 0)) now_at.session_id = r->Int(0, 0);
+      if (!r->IsNull(0, 1)) now_at.end_token = r->Int(0, 1);
+      if (now_at != *t.conversation->expected) {
+        return MakeError(StatusCode::kAborted, "conversation '%s' moved on since this writer read it",
+                         t.conversation->conversation_id.c_str());
+      }
+    }
     if (t.truncate_to) MNEMO_TRY(TruncateSessionTx(c, t.session_id, *t.truncate_to, now));
     MNEMO_TRY(AppendTurnTx(c, t.session_id, t.begin, t.prompt_end, t.tokens, t.complete, now));
     const int64_t end = t.begin + static_cast<int64_t>(t.tokens.size());
@@ -713,22 +731,6 @@ Result<std::vector<std::string>> PgStore::CommitTurn(const TurnCommit& t) {
     }
     ids.clear();
     if (t.conversation) {
-      if (t.conversation->expected) {
-        auto r = c.Exec(Stmt{"conversation_pointer",
-                             "SELECT session_id, end_token FROM conversations WHERE id=$1 FOR UPDATE"},
-                        {t.conversation->conversation_id});
-        if (!r) return r.error();
-        if (r->size() == 0) {
-          return MakeError("unknown conversation '%s'", t.conversation->conversation_id.c_str());
-        }
-        ConversationPointer now_at;
-        if (!r->IsNull(0, 0)) now_at.session_id = r->Int(0, 0);
-        if (!r->IsNull(0, 1)) now_at.end_token = r->Int(0, 1);
-        if (now_at != *t.conversation->expected) {
-          return MakeError(StatusCode::kAborted, "conversation '%s' moved on since this writer read it",
-                           t.conversation->conversation_id.c_str());
-        }
-      }
       auto added = AddItemsTx(c, t.conversation->conversation_id, t.conversation->items, now);
       if (!added) return added.error();
       ids = std::move(*added);

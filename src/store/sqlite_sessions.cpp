@@ -348,6 +348,23 @@ Result<std::vector<std::string>> SqliteStore::CommitTurn(const TurnCommit& c) {
                        LL(c.session_id), LL(st->Int(0)), LL(*c.expected_cuts));
     }
   }
+  // The conversation's compare-and-set reads the pointer before this commit's own cut: the cut
+  // below clears pointers past it, this conversation's included (its previous turn ended past the
+  // cut when the cut drops that turn's last tokens), which read afterwards failed every such turn.
+  if (c.conversation && c.conversation->expected) {
+    auto st = writer_->Prepare("SELECT session_id, end_token FROM conversations WHERE id=?1");
+    if (!st) return st.error();
+    auto row = st->Bind(1, c.conversation->conversation_id).Step();
+    if (!row) return row.error();
+    if (!*row) return MakeError("unknown conversation '%s'", c.conversation->conversation_id.c_str());
+    ConversationPointer now_at;
+    if (!st->IsNull(0)) now_at.session_id = st->Int(0);
+    if (!st->IsNull(1)) now_at.end_token = st->Int(1);
+    if (now_at != *c.conversation->expected) {
+      return MakeError(StatusCode::kAborted, "conversation '%s' moved on since this writer read it",
+                       c.conversation->conversation_id.c_str());
+    }
+  }
   if (c.truncate_to) MNEMO_TRY(TruncateSessionTx(c.session_id, *c.truncate_to, now));
   MNEMO_TRY(AppendTurnTx(c.session_id, c.begin, c.prompt_end, c.tokens, c.complete, now));
   int64_t end = c.begin + static_cast<int64_t>(c.tokens.size());
@@ -360,20 +377,6 @@ Result<std::vector<std::string>> SqliteStore::CommitTurn(const TurnCommit& c) {
   }
   std::vector<std::string> ids;
   if (c.conversation) {
-    if (c.conversation->expected) {
-      auto st = writer_->Prepare("SELECT session_id, end_token FROM conversations WHERE id=?1");
-      if (!st) return st.error();
-      auto row = st->Bind(1, c.conversation->conversation_id).Step();
-      if (!row) return row.error();
-      if (!*row) return MakeError("unknown conversation '%s'", c.conversation->conversation_id.c_str());
-      ConversationPointer now_at;
-      if (!st->IsNull(0)) now_at.session_id = st->Int(0);
-      if (!st->IsNull(1)) now_at.end_token = st->Int(1);
-      if (now_at != *c.conversation->expected) {
-        return MakeError(StatusCode::kAborted, "conversation '%s' moved on since this writer read it",
-                         c.conversation->conversation_id.c_str());
-      }
-    }
     auto added = AddItemsTx(c.conversation->conversation_id, c.conversation->items, now);
     if (!added) return added.error();
     ids = std::move(*added);

@@ -190,6 +190,18 @@ TEST_F(Tools, ResponsesFunctionCallRoundTrip) {
     Json r3 = c.Post("/v1/responses", again);
     EXPECT_GE(r3["usage"]["input_tokens_details"]["cached_tokens"].get<int>(), r["usage"]["input_tokens"].get<int>()) << what;
   }
+  // In a conversation: the result's turn cuts the call's end-of-generation token from the session,
+  // and still commits into the conversation (it was a 409 "moved on since this writer read it").
+  Json conv = c.Post("/v1/conversations", Json::object());
+  Json body = {{"conversation", conv["id"]}, {"input", "Weather in Oslo?"}, {"tools", ResponsesTools()},
+               {"max_output_tokens", 160}, {"seed", 1}, {"tool_choice", "required"}};
+  Json r = c.Post("/v1/responses", body);
+  ASSERT_EQ(r["status"], "completed") << r.dump();
+  Json outputs = Json::array();
+  for (const Json& item : r["output"]) outputs.push_back({{"type", "function_call_output"}, {"call_id", item["call_id"]}, {"output", "cloudy"}});
+  Json r2 = c.Post("/v1/responses", {{"conversation", conv["id"]}, {"input", outputs}, {"tools", ResponsesTools()}, {"max_output_tokens", 8}});
+  EXPECT_GE(r2["usage"]["input_tokens_details"]["cached_tokens"].get<int>(),
+            r["usage"]["input_tokens"].get<int>() + r["usage"]["output_tokens"].get<int>() - 1) << r2.dump();
 }
 
 TEST_F(Tools, ResponsesStreamedCallEvents) {

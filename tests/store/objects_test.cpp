@@ -402,6 +402,24 @@ TEST_P(StoreObjects, ConversationCommitExpectsWhereItRead) {
   auto g = store_->GetConversation(conv->id, "");
   ASSERT_TRUE(g.ok() && g->has_value());
   EXPECT_EQ((ConversationPointer{(*g)->session_id, (*g)->end_token}), (ConversationPointer{31, 6}));
+
+  // A turn that cuts the previous reply's last token (an end-of-generation token the template does
+  // not write, as after every tool call) read the conversation at that reply's end: the cut clears
+  // pointers past it, but the compare-and-set is against what the writer read (it failed every
+  // such turn with "moved on").
+  TurnCommit cut;
+  cut.session_id = 31;
+  cut.truncate_to = 5;
+  cut.begin = 5;
+  cut.prompt_end = 6;
+  cut.tokens = toks;
+  cut.conversation = ConversationUpdate{conv->id, {{"msg_cut", R"({"type":"message"})"}}, true,
+                                        ConversationPointer{31, 6}};
+  ok = store_->CommitTurn(cut);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  g = store_->GetConversation(conv->id, "");
+  ASSERT_TRUE(g.ok() && g->has_value());
+  EXPECT_EQ((ConversationPointer{(*g)->session_id, (*g)->end_token}), (ConversationPointer{31, 8}));
 }
 
 // Each commit fails at a different step, after earlier steps wrote: nothing of it may remain.
