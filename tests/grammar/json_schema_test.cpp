@@ -6,28 +6,17 @@
 #include <climits>
 
 #include "base/rng.h"
-#include "format/gguf.h"
-#include "format/gguf_vocab.h"
 #include "grammar/automaton.h"
 #include "grammar/json_schema.h"
 #include "schema_validator.h"
 #include "split_walks.h"
-#include "tokenizer/tokenizer.h"
 
 namespace mnemo::grammar {
 namespace {
 
 using J = OrderedJson;
-
-std::shared_ptr<const TokenIndex> LoadIndex(const std::string& file) {
-  auto f = gguf::GgufFile::Open(std::string(MNEMO_SHARED_DIR) + "/models/" + file);
-  if (!f.ok()) return nullptr;
-  auto v = gguf::ReadVocab(*f);
-  if (!v.ok()) return nullptr;
-  auto tok = Tokenizer::Create(*v);
-  if (!tok.ok()) return nullptr;
-  return TokenIndex::Build(**tok);
-}
+using test::LoadIndex;
+using test::RandomWalk;
 
 const std::vector<J>& Schemas() {
   static const std::vector<J> schemas = {
@@ -62,34 +51,6 @@ const std::vector<J>& Schemas() {
       J::parse(R"({"type": "object"})"),
   };
   return schemas;
-}
-
-// Walks from the start by picking uniformly among allowed tokens (EOS with probability 1/2 when
-// allowed) with a budget of `budget` tokens; returns the text.
-std::string RandomWalk(const std::shared_ptr<Automaton>& a, Rng& rng, int budget, bool* ended) {
-  Matcher m(a);
-  const TokenIndex& idx = a->index();
-  std::string out;
-  TokenMask mask;
-  std::vector<int32_t> allowed;
-  for (int step = 0; step < budget && !m.done(); ++step) {
-    EXPECT_TRUE(m.FillMask(budget - step, &mask).ok());
-    allowed.clear();
-    bool eos = false;
-    for (int32_t t = 0; t < idx.n_vocab(); ++t) {
-      if (!MaskHas(mask, t)) continue;
-      if (idx.is_eog(t)) eos = true;
-      else allowed.push_back(t);
-    }
-    int32_t t;
-    if (eos && (allowed.empty() || rng.Next() % 2 == 0)) t = idx.eog()[0];
-    else if (allowed.empty()) break;
-    else t = allowed[rng.Next() % allowed.size()];
-    EXPECT_TRUE(m.Accept(t).ok());
-    if (!idx.is_eog(t)) out += idx.piece(t);
-  }
-  *ended = m.accepting();
-  return out;
 }
 
 void CheckWalks(const std::string& vocab_file, int walks_per_schema, int budget) {
@@ -181,7 +142,7 @@ TEST(JsonSchema, UnsupportedKeywordsNameTheirLocation) {
     auto r = SchemaToGrammar(J::parse(s));
     return r.ok() ? std::string("ok") : r.error().message;
   };
-  EXPECT_NE(err(R"({"type": "string", "pattern": "^a$"})").find("'/pattern'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "object", "patternProperties": {"^a": {}}})").find("'/patternProperties'"), std::string::npos);
   EXPECT_NE(err(R"({"properties": {"a b": {"type": "array", "uniqueItems": true}}})").find("'/properties/a b/uniqueItems'"), std::string::npos);
   EXPECT_NE(err(R"({"$ref": "#/$defs/missing"})").find("does not resolve"), std::string::npos);
   EXPECT_NE(err(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("bounds"), std::string::npos);

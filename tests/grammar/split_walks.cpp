@@ -4,6 +4,10 @@
 
 #include <climits>
 
+#include "format/gguf.h"
+#include "format/gguf_vocab.h"
+#include "tokenizer/tokenizer.h"
+
 namespace mnemo::test {
 
 using grammar::Matcher;
@@ -38,6 +42,42 @@ void ExpectSplitMasksEqual(const std::shared_ptr<grammar::Automaton>& a, const s
       out += idx.piece(t);
     }
   }
+}
+
+std::shared_ptr<const TokenIndex> LoadIndex(const std::string& file) {
+  auto f = gguf::GgufFile::Open(std::string(MNEMO_SHARED_DIR) + "/models/" + file);
+  if (!f.ok()) return nullptr;
+  auto v = gguf::ReadVocab(*f);
+  if (!v.ok()) return nullptr;
+  auto tok = Tokenizer::Create(*v);
+  if (!tok.ok()) return nullptr;
+  return TokenIndex::Build(**tok);
+}
+
+std::string RandomWalk(const std::shared_ptr<grammar::Automaton>& a, Rng& rng, int budget, bool* ended) {
+  Matcher m(a);
+  const TokenIndex& idx = a->index();
+  std::string out;
+  TokenMask mask;
+  std::vector<int32_t> allowed;
+  for (int step = 0; step < budget && !m.done(); ++step) {
+    EXPECT_TRUE(m.FillMask(budget - step, &mask).ok());
+    allowed.clear();
+    bool eos = false;
+    for (int32_t t = 0; t < idx.n_vocab(); ++t) {
+      if (!MaskHas(mask, t)) continue;
+      if (idx.is_eog(t)) eos = true;
+      else allowed.push_back(t);
+    }
+    int32_t t;
+    if (eos && (allowed.empty() || rng.Next() % 2 == 0)) t = idx.eog()[0];
+    else if (allowed.empty()) break;
+    else t = allowed[rng.Next() % allowed.size()];
+    EXPECT_TRUE(m.Accept(t).ok());
+    if (!idx.is_eog(t)) out += idx.piece(t);
+  }
+  *ended = m.accepting();
+  return out;
 }
 
 }  // namespace mnemo::test

@@ -1,10 +1,11 @@
-// Per-element masks against whole walks (automaton.h): the check shared by the grammar and JSON
-// Schema tests.
+// Walks through automata shared by the grammar, JSON Schema and pattern tests: per-element masks
+// against whole walks (automaton.h), random walks over a real vocabulary.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/rng.h"
 #include "grammar/automaton.h"
@@ -19,5 +20,14 @@ namespace mnemo::test {
 void ExpectSplitMasksEqual(const std::shared_ptr<grammar::Automaton>& a, const std::shared_ptr<grammar::Automaton>& whole, int walks,
                            const std::function<int(int walk, int cost)>& budget, int unbounded_steps, Rng& rng,
                            const std::string& what);
+
+// The token index of a vocabulary under shared/models (e.g. "vocab/ggml-vocab-llama-spm.gguf"), or
+// null when it cannot be read.
+std::shared_ptr<const grammar::TokenIndex> LoadIndex(const std::string& file);
+
+// Walks from the start by picking uniformly among allowed tokens (end of generation with
+// probability 1/2 when allowed) with a budget of `budget` tokens; returns the text and sets
+// *ended when the grammar accepts it.
+std::string RandomWalk(const std::shared_ptr<grammar::Automaton>& a, Rng& rng, int budget, bool* ended);
 
 }  // namespace mnemo::test
