@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "grammar/grammar.h"
+#include "grammar/json_regex.h"
+#include "tokenizer/unicode.h"
 
 namespace mnemo::grammar {
 namespace {
@@ -43,7 +45,7 @@ const std::pair<const char*, std::vector<const char*>> kCommonDeps[] = {
 
 // Keywords that constrain values in ways this compiler does not generate.
 const char* const kUnsupported[] = {
-    "pattern", "patternProperties", "multipleOf", "uniqueItems", "not", "if", "then", "else",
+    "patternProperties", "multipleOf", "uniqueItems", "not", "if", "then", "else",
     "prefixItems", "contains", "minContains", "maxContains", "minProperties", "maxProperties",
     "propertyNames", "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedProperties",
     "unevaluatedItems", "$dynamicRef", "$recursiveRef", "additionalItems",
@@ -142,6 +144,42 @@ std::optional<double> NumberOf(const OrderedJson& s, const char* key) {
   return it->get<double>();
 }
 
+// The string languages a schema's `format` (known ones) and `pattern` ask for; none when neither.
+Result<std::vector<Regex>> StringLanguages(const OrderedJson& s, const std::string& path) {
+  std::vector<Regex> langs;
+  const std::string format = s.contains("format") && s["format"].is_string() ? s["format"].get<std::string>() : "";
+  const char* fp = FormatPattern(format);
+  if (s.contains("pattern")) {
+    if (!s["pattern"].is_string()) return Unsupported(path + "/pattern", "pattern must be a string");
+    const std::string pattern = s["pattern"].get<std::string>();
+    if (fp && FormatImpliesPattern(format, pattern)) return std::vector<Regex>{*ParsePattern(fp)};
+    auto re = ParsePattern(pattern);
+    if (!re.ok()) return Unsupported(path + "/pattern", re.error().message);
+    langs.push_back(std::move(*re));
+  }
+  if (fp) {
+    auto re = ParsePattern(fp);
+    MNEMO_CHECK(re.ok());
+    langs.push_back(std::move(*re));
+  }
+  return langs;
+}
+
+Result<std::pair<int64_t, int64_t>> LengthBounds(const OrderedJson& s, const std::string& path) {
+  int64_t min = 0, max = -1;
+  if (s.contains("minLength")) {
+    if (!s["minLength"].is_number_integer() || s["minLength"].get<int64_t>() < 0) return Unsupported(path + "/minLength", "minLength must be an integer >= 0");
+    min = s["minLength"].get<int64_t>();
+  }
+  if (s.contains("maxLength")) {
+    if (!s["maxLength"].is_number_integer() || s["maxLength"].get<int64_t>() < 0) return Unsupported(path + "/maxLength", "maxLength must be an integer >= 0");
+    max = s["maxLength"].get<int64_t>();
+  }
+  if (max >= 0 && max < min) return Unsupported(path, "maxLength < minLength");
+  if (min > kMaxRepeat || max > kMaxRepeat) return Unsupported(path, "minLength / maxLength over " + std::to_string(kMaxRepeat));
+  return std::make_pair(min, max);
+}
+
 int64_t ClampInt(double v) {
   if (!(v < static_cast<double>(kIntClamp))) return kIntClamp;
   if (!(v > -static_cast<double>(kIntClamp))) return -kIntClamp;
@@ -172,8 +210,9 @@ std::string SchemaCompiler::NewRule(const std::string& hint, const std::string& 
   for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
   if (base.empty() || base.size() > 40) base = base.empty() ? "r" : base.substr(0, 40);
   std::string name = base;
-  for (int i = 1; names_.count(name) || name.rfind("json-", 0) == 0 || name == "ws" || name == "root"; ++i)
-    name = base + "-" + std::to_string(i);
+  // Suffixes resume where this base left off: a pattern's product names thousands of rules.
+  for (int& i = suffix_[base]; names_.count(name) || name.rfind("json-", 0) == 0 || name == "ws" || name == "root";)
+    name = base + "-" + std::to_string(++i);
   names_.insert(name);
   rules_.push_back({name, body});
   return name;
@@ -246,12 +285,12 @@ Result<std::string> SchemaCompiler::Visit(const OrderedJson& s, const std::strin
     if (!s["$ref"].is_string()) return Unsupported(path + "/$ref", "$ref must be a string");
     return RefRule(s["$ref"].get<std::string>(), path + "/$ref");
   }
-  if (s.contains("const")) return Literal(s["const"].dump());
-  if (s.contains("enum")) {
-    const OrderedJson& e = s["enum"];
-    if (!e.is_array() || e.empty()) return Unsupported(path + "/enum", "enum must be a non-empty array");
+  for (const char* k : {"const", "enum"}) {
+    if (!s.contains(k)) continue;
+    auto values = AllowedValues(s, path, k);
+    if (!values.ok()) return values.error();
     std::vector<std::string> alts;
-    for (const auto& v : e) alts.push_back(" " + Literal(v.dump()));
+    for (const auto& v : *values) alts.push_back(" " + Literal(v.dump()));
     return Join(alts);
   }
   for (const char* k : {"anyOf", "oneOf", "allOf"}) {
@@ -285,7 +324,8 @@ Result<std::string> SchemaCompiler::Visit(const OrderedJson& s, const std::strin
     types.push_back("object");
   } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
     types.push_back("array");
-  } else if (s.contains("minLength") || s.contains("maxLength")) {
+  } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+             (s.contains("format") && s["format"].is_string() && FormatPattern(s["format"].get<std::string>()))) {
     types.push_back("string");
   } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
     types.push_back("number");
@@ -405,21 +445,98 @@ Result<std::string> SchemaCompiler::ArrayExpr(const OrderedJson& s, const std::s
 }
 
 Result<std::string> SchemaCompiler::StringExpr(const OrderedJson& s, const std::string& path) {
-  int64_t min = 0, max = -1;
-  if (s.contains("minLength")) {
-    if (!s["minLength"].is_number_integer() || s["minLength"].get<int64_t>() < 0) return Unsupported(path + "/minLength", "minLength must be an integer >= 0");
-    min = s["minLength"].get<int64_t>();
+  auto bounds = LengthBounds(s, path);
+  if (!bounds.ok()) return bounds.error();
+  const auto [min, max] = *bounds;
+  if (s.contains("pattern") || s.contains("format")) {
+    auto e = PatternExpr(s, path, min, max);
+    if (!e.ok()) return e.error();
+    if (!e->empty()) return "\"\\\"\" " + *e + " \"\\\"\"";
   }
-  if (s.contains("maxLength")) {
-    if (!s["maxLength"].is_number_integer() || s["maxLength"].get<int64_t>() < 0) return Unsupported(path + "/maxLength", "maxLength must be an integer >= 0");
-    max = s["maxLength"].get<int64_t>();
-  }
-  if (max >= 0 && max < min) return Unsupported(path, "maxLength < minLength");
-  if (min > kMaxRepeat || max > kMaxRepeat) return Unsupported(path, "minLength / maxLength over " + std::to_string(kMaxRepeat));
   if (min == 0 && max < 0) return Common("json-string");
   const std::string ch = Common("json-char");
   const std::string rep = max < 0 ? "{" + std::to_string(min) + ",}" : "{" + std::to_string(min) + "," + std::to_string(max) + "}";
   return "\"\\\"\" " + ch + rep + " \"\\\"\"";
+}
+
+// One language whose lengths lie within the bounds is written as grammar text directly (its
+// repetitions stay repetitions, which the matcher's per-element masks serve well); anything more
+// (a format and a pattern, or bounds that cut into a language) is the product of NFAs, a rule per
+// product state. Empty: no format or pattern applies.
+Result<std::string> SchemaCompiler::PatternExpr(const OrderedJson& s, const std::string& path, int64_t min, int64_t max) {
+  auto langs = StringLanguages(s, path);
+  if (!langs.ok()) return langs.error();
+  if (langs->empty()) return std::string();
+  RuleSink sink;
+  sink.shared = [this](const std::string& hint, const std::string& body) {
+    auto it = shared_.find(body);
+    if (it != shared_.end()) return it->second;
+    return shared_[body] = NewRule(hint, body);
+  };
+  // Reserved rules by name -> index in rules_ (a product defines thousands).
+  auto reserved = std::make_shared<std::map<std::string, size_t>>();
+  sink.reserve = [this, reserved](const std::string& hint) {
+    const std::string name = NewRule(hint, "");
+    (*reserved)[name] = rules_.size() - 1;
+    return name;
+  };
+  sink.define = [this, reserved](const std::string& name, const std::string& body) { rules_[reserved->at(name)].second = body; };
+  const std::string where = path + (s.contains("pattern") ? "/pattern" : "/format");
+  if (langs->size() == 1) {
+    const auto [lo, hi] = LengthRange((*langs)[0]);
+    if (lo >= min && (max < 0 || (hi >= 0 && hi <= max))) {
+      std::string e = RegexExpr((*langs)[0], sink);
+      if (!e.empty()) return e;
+    }
+  }
+  std::vector<Nfa> nfas;
+  for (const auto& re : *langs) {
+    auto nfa = BuildNfa(re);
+    if (!nfa.ok()) return Unsupported(where, nfa.error().message);
+    nfas.push_back(std::move(*nfa));
+  }
+  std::vector<const Nfa*> ptrs;
+  for (const auto& n : nfas) ptrs.push_back(&n);
+  auto e = IntersectionExpr(ptrs, min, max, sink);
+  if (!e.ok()) return Unsupported(where, e.error().message);
+  return *e;
+}
+
+Result<std::vector<OrderedJson>> SchemaCompiler::AllowedValues(const OrderedJson& s, const std::string& path, const std::string& key) {
+  const std::string p = path + "/" + key;
+  std::vector<OrderedJson> values;
+  if (key == "const") {
+    values.push_back(s["const"]);
+  } else {
+    if (!s["enum"].is_array() || s["enum"].empty()) return Unsupported(p, "enum must be a non-empty array");
+    for (const auto& v : s["enum"]) values.push_back(v);
+  }
+  if (!s.contains("pattern") && !s.contains("format") && !s.contains("minLength") && !s.contains("maxLength")) return values;
+  auto langs = StringLanguages(s, path);
+  if (!langs.ok()) return langs.error();
+  auto bounds = LengthBounds(s, path);
+  if (!bounds.ok()) return bounds.error();
+  std::vector<Nfa> nfas;
+  for (const auto& re : *langs) {
+    auto nfa = BuildNfa(re);
+    if (!nfa.ok()) return Unsupported(p, nfa.error().message);
+    nfas.push_back(std::move(*nfa));
+  }
+  std::vector<OrderedJson> kept;
+  for (const auto& v : values) {
+    bool ok = true;
+    if (v.is_string()) {
+      const std::vector<uint32_t> cps = DecodeUtf8Lenient(v.get<std::string>());
+      const int64_t n = static_cast<int64_t>(cps.size());
+      ok = n >= bounds->first && (bounds->second < 0 || n <= bounds->second);
+      for (const auto& nfa : nfas) ok = ok && NfaMatches(nfa, cps);
+    }
+    if (ok) kept.push_back(v);
+  }
+  if (kept.empty())
+    return Unsupported(p, std::string(key == "const" ? "the const value does not" : "no enum value does") +
+                              " satisfy the schema's format, pattern or length bounds");
+  return kept;
 }
 
 Result<std::string> SchemaCompiler::NumberExpr(const OrderedJson& s, const std::string& path, bool integer) {

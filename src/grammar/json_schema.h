@@ -8,14 +8,18 @@
 //     properties, additionalProperties: false gives {} and a schema gives a map of such values;
 //   - array: items, minItems, maxItems;
 //   - string: minLength, maxLength (code points; an escape is one), all JSON escapes except lone
-//     surrogates (\uD800-\uDFFF: a JSON parser refuses them);
+//     surrogates (\uD800-\uDFFF: a JSON parser refuses them); pattern (an ECMA-262 subset) and
+//     format (date-time, date, time, duration, email, hostname, ipv4, ipv6, uuid, uri), each with
+//     the others and the length bounds, as an intersection when several hold (json_regex.h); an
+//     enum's or a const's strings must satisfy them;
 //   - integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum exactly, as decimal digit-range
 //     alternatives (zod's +-(2^53-1) cost ~16 alternatives per digit count, not 2^53); bounds past
 //     +-(10^18 - 1) are clamped to it;
 //   - number: the same bounds, rounded inward to integers (a fraction is allowed strictly between
 //     them; no exponent when bounded);
-//   - annotations ($schema, $id, title, description, default, examples, format, ...) are ignored.
-// Keywords that constrain values in ways a grammar here cannot honour (pattern, multipleOf,
+//   - annotations ($schema, $id, title, description, default, examples, unknown formats, ...) are
+//     ignored.
+// Keywords that constrain values in ways a grammar here cannot honour (multipleOf,
 // uniqueItems, not, if/then/else, prefixItems, min/maxProperties, ...) are errors naming the
 // keyword and its JSON pointer in the schema.
 //
@@ -53,6 +57,10 @@ class SchemaCompiler {
   Result<std::string> StringExpr(const OrderedJson& s, const std::string& path);
   Result<std::string> NumberExpr(const OrderedJson& s, const std::string& path, bool integer);
   Result<std::string> RefRule(const std::string& ref, const std::string& path);
+  // A string schema's `format` and `pattern` with its length bounds (json_regex.h).
+  Result<std::string> PatternExpr(const OrderedJson& s, const std::string& path, int64_t min, int64_t max);
+  // Drops the string values of `enum` / `const` that fail `format`, `pattern` or the length bounds.
+  Result<std::vector<OrderedJson>> AllowedValues(const OrderedJson& s, const std::string& path, const std::string& key);
   // A rule holding `body`, named after `hint` (made unique); returns its name.
   std::string NewRule(const std::string& hint, const std::string& body);
   // The shared rules (ws, json-string, json-value, ...), added on first use; returns `name`.
@@ -61,7 +69,9 @@ class SchemaCompiler {
   const OrderedJson* doc_ = nullptr;                 // the document $refs resolve in
   std::vector<std::pair<std::string, std::string>> rules_;  // name, body
   std::set<std::string> names_;
+  std::map<std::string, int> suffix_;                // NewRule's last suffix per base name
   std::map<std::string, std::string> refs_;          // $ref -> rule name
+  std::map<std::string, std::string> shared_;        // body -> rule name (patterns' character sets)
 };
 
 // A whole grammar (start rule `root`) for values of `schema`.

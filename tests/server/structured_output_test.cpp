@@ -155,7 +155,7 @@ TEST_F(StructuredOutput, UnsupportedFormatsAreClear400s) {
     std::string path, body, param;
   };
   const Case cases[] = {
-      {"/v1/chat/completions", R"({"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}})",
+      {"/v1/chat/completions", R"({"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "(a)\\1"}}}})",
        "response_format.json_schema.schema"},
       {"/v1/chat/completions", R"({"messages": MSGS, "response_format": {"type": "yaml"}})", "response_format.type"},
       {"/v1/chat/completions", R"({"messages": MSGS, "response_format": {"type": "json_schema"}})", "response_format.json_schema"},

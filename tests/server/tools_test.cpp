@@ -418,7 +418,7 @@ TEST_F(Tools, BadToolRequestsAre400WithParam) {
   const std::string chat = "/v1/chat/completions";
   expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "bad name!"}}}}}}}, "tools[0].function.name");
   expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "code_interpreter"}}}}}, "tools[0].type");
-  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}, {"pattern", "a+"}}}}}}}}},
+  expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}, {"pattern", "(?=a)"}}}}}}}}},
              "tools[0].function.parameters");
   expect_400(chat, {{"messages", UserAsks()}, {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}, {{"type", "function"}, {"function", {{"name", "f"}}}}}}},
              "tools[1].function.name");

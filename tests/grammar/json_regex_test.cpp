@@ -1,0 +1,375 @@
+// JSON Schema `format` and `pattern`: random walks over a real vocabulary must give JSON strings
+// whose decoded value passes a check written here from each format's RFC, and std::wregex
+// (ECMAScript, search semantics) for patterns; zod 4's schemas (format and pattern together,
+// length bounds) compile and hold both; what the subset leaves out is refused with its location.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "base/rng.h"
+#include "grammar/automaton.h"
+#include "grammar/json_regex.h"
+#include "grammar/json_schema.h"
+#include "split_walks.h"
+#include "tokenizer/unicode.h"
+
+namespace mnemo::grammar {
+namespace {
+
+using J = OrderedJson;
+
+// ---- Independent checks, from the RFCs' grammars -------------------------------------------
+
+bool AllOf(const std::string& s, const char* chars) { return !s.empty() && s.find_first_not_of(chars) == std::string::npos; }
+constexpr const char* kDigits = "0123456789";
+constexpr const char* kHex = "0123456789abcdefABCDEF";
+
+int Num(const std::string& s, size_t at, size_t n) {
+  if (at + n > s.size() || !AllOf(s.substr(at, n), kDigits)) return -1;
+  return std::stoi(s.substr(at, n));
+}
+
+bool IsDate(const std::string& s) {
+  if (s.size() != 10 || s[4] != '-' || s[7] != '-') return false;
+  const int y = Num(s, 0, 4), m = Num(s, 5, 2), d = Num(s, 8, 2);
+  if (y < 0 || m < 1 || m > 12 || d < 1) return false;
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return d <= days[m - 1];
+}
+
+// RFC 3339 full-time (we generate seconds 00-59).
+bool IsTime(const std::string& s) {
+  if (s.size() < 9 || s[2] != ':' || s[5] != ':') return false;
+  const int h = Num(s, 0, 2), m = Num(s, 3, 2), sec = Num(s, 6, 2);
+  if (h < 0 || h > 23 || m < 0 || m > 59 || sec < 0 || sec > 60) return false;
+  size_t i = 8;
+  if (i < s.size() && s[i] == '.') {
+    const size_t start = ++i;
+    while (i < s.size() && isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (i == start) return false;
+  }
+  const std::string zone = s.substr(i);
+  if (zone == "Z" || zone == "z") return true;
+  if (zone.size() != 6 || (zone[0] != '+' && zone[0] != '-') || zone[3] != ':') return false;
+  const int zh = Num(zone, 1, 2), zm = Num(zone, 4, 2);
+  return zh >= 0 && zh <= 23 && zm >= 0 && zm <= 59;
+}
+
+bool IsDateTime(const std::string& s) {
+  const size_t t = s.find_first_of("Tt");
+  return t != std::string::npos && IsDate(s.substr(0, t)) && IsTime(s.substr(t + 1));
+}
+
+// JSON Schema's appendix A: P (date [time] | time | week), components in order Y M D / H M S,
+// each a digit run, with no gaps (a year is followed by months before days, hours by minutes
+// before seconds).
+bool IsDuration(const std::string& s) {
+  if (s.size() < 3 || s[0] != 'P') return false;
+  std::vector<std::pair<std::string, char>> parts;  // (digits, unit); 'T' as its own part
+  for (size_t i = 1; i < s.size();) {
+    if (s[i] == 'T') {
+      parts.push_back({"", 'T'});
+      ++i;
+      continue;
+    }
+    const size_t start = i;
+    while (i < s.size() && isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    if (i == start || i == s.size()) return false;
+    parts.push_back({s.substr(start, i - start), s[i]});
+    ++i;
+  }
+  if (parts.size() == 1 && parts[0].second == 'W') return true;
+  size_t t = parts.size();
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].second == 'T') {
+      if (t != parts.size()) return false;
+      t = i;
+    }
+  auto chain = [&](size_t from, size_t to, const std::string& units) {
+    if (from == to) return true;
+    const size_t first = units.find(parts[from].second);
+    if (first == std::string::npos) return false;
+    for (size_t i = from; i < to; ++i)
+      if (first + (i - from) >= units.size() || parts[i].second != units[first + (i - from)]) return false;
+    return true;
+  };
+  if (t < parts.size() && t + 1 == parts.size()) return false;  // "T" with nothing after it
+  return chain(0, t, "YMD") && (t == parts.size() || chain(t + 1, parts.size(), "HMS")) && (t > 0 || t < parts.size());
+}
+
+bool IsLabel(const std::string& l) {
+  const char* ldh = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-";
+  return l.size() >= 1 && l.size() <= 63 && AllOf(l, ldh) && l.front() != '-' && l.back() != '-';
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out(1);
+  for (char c : s) {
+    if (c == sep) out.emplace_back();
+    else out.back() += c;
+  }
+  return out;
+}
+
+bool IsHostname(const std::string& s, size_t max_len = 253) {
+  if (s.size() > max_len) return false;
+  for (const auto& l : Split(s, '.'))
+    if (!IsLabel(l)) return false;
+  return true;
+}
+
+// RFC 5321 Mailbox with a dot-atom local part (at most 64 octets) and a domain of labels.
+bool IsEmail(const std::string& s) {
+  const size_t at = s.rfind('@');
+  if (at == std::string::npos || at > 64) return false;
+  const char* atext = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+/=?^_`{|}~-";
+  for (const auto& atom : Split(s.substr(0, at), '.'))
+    if (!AllOf(atom, atext)) return false;
+  return IsHostname(s.substr(at + 1), 255);
+}
+
+bool IsIpv4(const std::string& s) {
+  in_addr a;
+  if (inet_pton(AF_INET, s.c_str(), &a) != 1) return false;
+  for (const auto& part : Split(s, '.'))
+    if (part.size() > 1 && part[0] == '0') return false;
+  return true;
+}
+
+bool IsIpv6(const std::string& s) {
+  in6_addr a;
+  return s.find('.') == std::string::npos && inet_pton(AF_INET6, s.c_str(), &a) == 1;
+}
+
+bool IsUuid(const std::string& s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != '-' : !isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
+// RFC 3986 URI: scheme ":" then only URI characters, '%' always followed by two hex digits, at
+// most one '#', and no "//" right after the scheme unless an authority follows it.
+bool IsUri(const std::string& s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos || colon == 0 || !isalpha(static_cast<unsigned char>(s[0]))) return false;
+  if (!AllOf(s.substr(0, colon), "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")) return false;
+  const std::string rest = s.substr(colon + 1);
+  if (!rest.empty() && !AllOf(rest, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~:/?#[]@!$&'()*+,;=%")) return false;
+  for (size_t i = 0; i < rest.size(); ++i)
+    if (rest[i] == '%' && (i + 2 >= rest.size() || !isxdigit(static_cast<unsigned char>(rest[i + 1])) ||
+                           !isxdigit(static_cast<unsigned char>(rest[i + 2]))))
+      return false;
+  if (std::count(rest.begin(), rest.end(), '#') > 1) return false;
+  if (rest.find_first_of("[]") != std::string::npos) return false;  // only in IP literals, which we do not write
+  return true;
+}
+
+bool FormatOk(const std::string& format, const std::string& v) {
+  if (format == "date") return IsDate(v);
+  if (format == "time") return IsTime(v);
+  if (format == "date-time") return IsDateTime(v);
+  if (format == "duration") return IsDuration(v);
+  if (format == "email") return IsEmail(v);
+  if (format == "hostname") return IsHostname(v);
+  if (format == "ipv4") return IsIpv4(v);
+  if (format == "ipv6") return IsIpv6(v);
+  if (format == "uuid") return IsUuid(v);
+  if (format == "uri") return IsUri(v);
+  return true;
+}
+
+std::wstring Wide(const std::string& utf8) {
+  std::wstring w;
+  for (uint32_t c : DecodeUtf8Lenient(utf8)) w += static_cast<wchar_t>(c);
+  return w;
+}
+
+bool PatternOk(const std::string& pattern, const std::string& v) {
+  return std::regex_search(Wide(v), std::wregex(Wide(pattern), std::regex::ECMAScript));
+}
+
+// A string schema's every keyword this test knows, on the decoded value.
+std::string Check(const J& s, const std::string& v) {
+  const size_t n = DecodeUtf8Lenient(v).size();
+  if (s.contains("minLength") && n < s["minLength"].get<size_t>()) return "shorter than minLength";
+  if (s.contains("maxLength") && n > s["maxLength"].get<size_t>()) return "longer than maxLength";
+  if (s.contains("format") && !FormatOk(s["format"], v)) return "not a valid " + s["format"].get<std::string>();
+  if (s.contains("pattern") && !PatternOk(s["pattern"], v)) return "does not match " + s["pattern"].get<std::string>();
+  return "";
+}
+
+TEST(JsonRegex, ChecksAgreeWithExamples) {
+  EXPECT_TRUE(IsDate("2024-02-29") && IsDate("2000-02-29") && !IsDate("1900-02-29") && !IsDate("2023-04-31"));
+  EXPECT_TRUE(IsDateTime("2023-12-31T23:59:59.123+05:30") && !IsDateTime("2023-12-31T24:00:00Z"));
+  EXPECT_TRUE(IsDuration("P1Y2M3DT4H5M6S") && IsDuration("PT1S") && IsDuration("P3W") && !IsDuration("P1YT") &&
+              !IsDuration("P1Y1D") && !IsDuration("P") && !IsDuration("PT1H1S"));
+  EXPECT_TRUE(IsEmail("a.b+c@x-y.example") && !IsEmail("a..b@x.y") && !IsEmail("a@-x.y"));
+  EXPECT_TRUE(IsIpv4("255.0.10.1") && !IsIpv4("256.1.1.1") && !IsIpv4("01.1.1.1"));
+  EXPECT_TRUE(IsIpv6("::") && IsIpv6("1:2:3:4:5:6:7::") && IsIpv6("fe80::1") && !IsIpv6("1::2::3"));
+  EXPECT_TRUE(IsUuid("123e4567-e89b-12d3-a456-426614174000") && IsUri("https://a.b/c?d#e") && !IsUri("a:b#c#d"));
+}
+
+// ---- Walks ------------------------------------------------------------------------------------
+
+std::shared_ptr<Automaton> Compile(const J& schema, const std::shared_ptr<const TokenIndex>& idx) {
+  auto text = SchemaToGrammar(schema);
+  EXPECT_TRUE(text.ok()) << text.error().message << "\n" << schema.dump();
+  if (!text.ok()) return nullptr;
+  auto g = Grammar::Parse(*text);
+  EXPECT_TRUE(g.ok()) << g.error().message << "\n" << *text;
+  if (!g.ok()) return nullptr;
+  return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+}
+
+// Walks a string schema `walks` times; each output must be one JSON string passing Check.
+void WalkString(const std::shared_ptr<const TokenIndex>& idx, const J& schema, int walks, int budget, Rng& rng) {
+  auto a = Compile(schema, idx);
+  ASSERT_TRUE(a);
+  for (int w = 0; w < walks; ++w) {
+    bool ended = false;
+    const std::string out = test::RandomWalk(a, rng, budget, &ended);
+    ASSERT_TRUE(ended) << "not complete within " << budget << " tokens: " << out << "\nschema " << schema.dump();
+    if (getenv("MNEMO_SHOW_WALKS")) printf("%s\n", out.c_str());
+    const J v = J::parse(out, nullptr, false);
+    ASSERT_TRUE(v.is_string()) << "not a JSON string: " << out << "\nschema " << schema.dump();
+    EXPECT_EQ(Check(schema, v.get<std::string>()), "") << out << "\nschema " << schema.dump();
+  }
+}
+
+const char* const kFormats[] = {"date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"};
+
+TEST(JsonRegex, FormatWalksAreValid) {
+  auto idx = test::LoadIndex("vocab/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(idx);
+  Rng rng(11);
+  for (const char* f : kFormats) WalkString(idx, J{{"type", "string"}, {"format", f}}, 8, 96, rng);
+}
+
+TEST(JsonRegex, PatternWalksMatch) {
+  auto idx = test::LoadIndex("vocab/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(idx);
+  Rng rng(12);
+  const char* const patterns[] = {
+      R"(^[A-Z]{3}-\d{2,4}$)",
+      R"(ab+c)",                       // unanchored: anything before and after
+      R"(^x.{2,5}$)",                  // '.' with JSON escapes
+      R"(^[^a-z0-9]{1,6}$)",           // a negated class: quotes, backslashes, controls
+      R"(^"\\/\u00e9\x41?\S$)",        // characters JSON escapes, non-ASCII, \S
+      R"(^(?:foo|ba[rz])+(-\w+)*?$)",  // groups, alternation, a lazy quantifier
+      R"(^(a?b?){2,3}$)",              // a repetition of something empty: the NFA path
+      R"(\.json$|^/)",                 // one anchor per alternative
+      R"(^\d*$)",
+  };
+  for (const char* p : patterns) WalkString(idx, J{{"type", "string"}, {"pattern", p}}, 8, 48, rng);
+  // Lengths that cut into a pattern's language: the product path.
+  WalkString(idx, J{{"type", "string"}, {"pattern", R"(\d{3})"}, {"minLength", 4}, {"maxLength", 6}}, 8, 48, rng);
+  WalkString(idx, J{{"type", "string"}, {"format", "email"}, {"maxLength", 24}}, 8, 64, rng);
+}
+
+// What zod 4 writes (z.toJSONSchema): a format and its pattern together, lengths on top.
+const J& ZodSchema() {
+  static const J schema = J::parse(R"json({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+  "properties": {
+   "email": {"type": "string", "maxLength": 40, "format": "email", "pattern": "^(?:[A-Za-z0-9_'+\\-]+\\.)*[A-Za-z0-9_'+\\-]*[A-Za-z0-9_+-]@(?:[A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
+   "uuid": {"type": "string", "format": "uuid", "pattern": "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
+   "dt": {"type": "string", "format": "date-time", "pattern": "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d+)?(?:Z|([+-](?:[01]\\d|2[0-3]):[0-5]\\d)))$"},
+   "d": {"type": "string", "format": "date", "pattern": "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))$"},
+   "t": {"type": "string", "pattern": "^(?:[01]\\d|2[0-3]):[0-5]\\d(?::[0-5]\\d(?:\\.\\d+)?)?$"},
+   "ip4": {"type": "string", "format": "ipv4", "pattern": "^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])$"},
+   "ip6": {"type": "string", "format": "ipv6", "pattern": "^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$"},
+   "url": {"type": "string", "format": "uri"},
+   "dur": {"type": "string", "format": "duration", "pattern": "^P(?:(\\d+W)|(?!.*W)(?=\\d|T\\d)(\\d+Y)?(\\d+M)?(\\d+D)?(T(?=\\d)(\\d+H)?(\\d+M)?(\\d+([.,]\\d+)?S)?)?)$"},
+   "host": {"type": "string", "format": "hostname", "pattern": "^(?=.{1,253}\\.?$)[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[-0-9a-zA-Z]{0,61}[0-9a-zA-Z])?)*\\.?$"}
+  }, "required": ["email", "uuid", "dt", "d", "t", "ip4", "ip6", "url", "dur", "host"], "additionalProperties": false})json");
+  return schema;
+}
+
+TEST(JsonRegex, ZodFormatsWithPatternsWalkValid) {
+  auto idx = test::LoadIndex("vocab/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(idx);
+  Rng rng(13);
+  for (const auto& [name, s] : ZodSchema()["properties"].items()) WalkString(idx, s, 6, 80, rng);
+  // The whole object compiles (one grammar, shared character rules).
+  EXPECT_TRUE(Compile(ZodSchema(), idx));
+}
+
+// Per-element masks against whole walks on the new grammar shapes (right-linear product rules,
+// character-set rules with escapes).
+TEST(JsonRegex, SplitMasksEqualWholeWalks) {
+  auto idx = test::LoadIndex("vocab/ggml-vocab-llama-spm.gguf");
+  ASSERT_TRUE(idx);
+  Rng rng(14);
+  const J schema = J::parse(R"({"type": "object", "properties": {
+    "when": {"type": "string", "format": "date-time"}, "who": {"type": "string", "format": "email", "maxLength": 30},
+    "code": {"type": "string", "pattern": "^[A-Z]{2}[^\"]{0,12}$"}, "any": {"type": "string", "pattern": "x.y"}},
+    "required": ["when", "who", "code", "any"], "additionalProperties": false})");
+  auto text = SchemaToGrammar(schema);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  auto make = [&] {
+    auto g = Grammar::Parse(*text);
+    EXPECT_TRUE(g.ok());
+    return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+  };
+  auto a = make(), whole = make();
+  whole->set_split_masks(false);
+  test::ExpectSplitMasksEqual(
+      a, whole, 6, [](int w, int cost) { return w % 2 ? INT_MAX : cost + 8; }, 120, rng, schema.dump());
+}
+
+// ---- Enum, const, refusals ------------------------------------------------------------------
+
+std::string Err(const std::string& schema) {
+  auto r = SchemaToGrammar(J::parse(schema));
+  return r.ok() ? std::string("ok") : r.error().message;
+}
+
+TEST(JsonRegex, EnumAndConstHoldToFormatAndPattern) {
+  auto g = SchemaToGrammar(J::parse(R"({"type": "string", "pattern": "^a", "enum": ["ab", "ba", "ac"]})"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_NE(g->find("\\\"ab\\\""), std::string::npos);
+  EXPECT_EQ(g->find("\\\"ba\\\""), std::string::npos);
+  EXPECT_NE(Err(R"({"type": "string", "format": "date", "const": "2023-02-29"})").find("'/const'"), std::string::npos);
+  EXPECT_EQ(Err(R"({"type": "string", "format": "date", "const": "2024-02-29"})"), "ok");
+  EXPECT_NE(Err(R"({"enum": ["x", "yy"], "minLength": 3})").find("'/enum'"), std::string::npos);
+}
+
+TEST(JsonRegex, RefusalsNameTheKeyword) {
+  auto refused = [](const std::string& pattern, const char* why) {
+    const std::string e = Err(J{{"properties", {{"p", {{"type", "string"}, {"pattern", pattern}}}}}}.dump());
+    EXPECT_NE(e.find("'/properties/p/pattern'"), std::string::npos) << pattern << ": " << e;
+    EXPECT_NE(e.find(why), std::string::npos) << pattern << ": " << e;
+  };
+  refused(R"((a)\1)", "backreference");
+  refused(R"((?<n>a)\k<n>)", "backreference");
+  refused(R"(a(?=b))", "lookaround");
+  refused(R"((?<!b)a)", "lookaround");
+  refused(R"(\bword)", "\\b");
+  refused(R"(\p{L}+)", "property");
+  refused(R"(a{1001})", "over 1000");
+  refused(R"((a{1000}){30})", "too large");
+  refused(R"(a^b)", "'^'");
+  refused(R"(a$b)", "'$'");
+  refused(R"(\q)", "unknown escape");
+  refused(R"([a-)", "unterminated");
+  refused(R"((ab)", "missing ')'");
+  refused(R"(*a)", "nothing to repeat");
+  refused(R"([^\s\S])", "matches nothing");
+  refused(R"(\ud800)", "surrogate");
+  // A format with a pattern outside the subset that does not follow from the format.
+  EXPECT_NE(Err(R"js({"type": "string", "format": "date", "pattern": "(?=2)"})js").find("'/pattern'"), std::string::npos);
+  // Bounds no formatted string meets.
+  EXPECT_NE(Err(R"({"type": "string", "format": "uuid", "maxLength": 30})").find("no string satisfies"), std::string::npos);
+  EXPECT_NE(Err(R"({"type": "string", "pattern": "^a+$", "format": "ipv4"})").find("no string satisfies"), std::string::npos);
+  // Unknown formats stay annotations; a format with bounds it always meets needs no product.
+  EXPECT_EQ(Err(R"({"type": "string", "format": "color", "maxLength": 3})"), "ok");
+  EXPECT_EQ(Err(R"({"type": "string", "format": "uuid", "minLength": 36, "maxLength": 40})"), "ok");
+  EXPECT_EQ(Err(R"({"type": ["string", "null"], "format": "date", "pattern": "^2"})"), "ok");
+}
+
+}  // namespace
+}  // namespace mnemo::grammar
