@@ -248,7 +248,7 @@ class PatternParser {
           return Fail("unsupported group syntax '(?'");
         }
       }
-      ++depth_;
+      if (++depth_ > kMaxGroupDepth) return Fail("groups nested over " + std::to_string(kMaxGroupDepth) + " deep");
       auto d = Disjunction();
       --depth_;
       if (!d.ok()) return d.error();
@@ -723,6 +723,7 @@ Result<Nfa> BuildNfa(const Regex& re) {
   };
   intern(start);
   std::vector<int32_t> seen(n, -1), stack;
+  int64_t transitions = 0;
   while (!todo.empty()) {
     const int32_t s = todo.front();
     todo.pop_front();
@@ -743,6 +744,9 @@ Result<Nfa> BuildNfa(const Regex& re) {
     }
     for (auto& [to, set] : edges)
       if (!set.empty()) nfa.out[me].push_back({std::move(set), to});
+    transitions += static_cast<int64_t>(edges.size());
+    if (transitions > kMaxTransitions)
+      return MakeError(StatusCode::kInvalidArgument, "the pattern is too complex (over %lld transitions)", static_cast<long long>(kMaxTransitions));
   }
   return nfa;
 }
@@ -771,7 +775,8 @@ struct Product {
   std::vector<std::vector<std::pair<Ranges, int32_t>>> out;  // [states] (characters, to)
   std::vector<bool> accept;                                  // [states]
   std::vector<bool> live;                                    // [states]: an accepting state is reachable
-  bool overflow = false;                                     // over kMaxProductStates: nothing else set
+  bool overflow = false;                                     // over the limits: nothing else set
+  int64_t overflow_length = 0;  // with a counter, the length being expanded when the limits hit
 };
 
 // counter: track lengths (capped at max_len, or at min_len when max_len < 0: past it every length
@@ -788,12 +793,14 @@ Product MakeProduct(const std::vector<const Nfa*>& nfas, bool counter, int64_t m
     return it->second;
   };
   intern(Key(k + 1, 0));
+  int64_t transitions = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (keys.size() > static_cast<size_t>(kMaxProductStates)) {
+    const Key key = keys[i];
+    if (keys.size() > static_cast<size_t>(kMaxProductStates) || transitions > kMaxTransitions) {
       p.overflow = true;
+      p.overflow_length = key[k];
       return p;
     }
-    const Key key = keys[i];
     bool acc = !counter || key[k] >= min_len;
     for (size_t j = 0; j < k; ++j) acc = acc && nfas[j]->accept[key[j]];
     p.accept.push_back(acc);
@@ -818,6 +825,7 @@ Product MakeProduct(const std::vector<const Nfa*>& nfas, bool counter, int64_t m
       }
     };
     combine(0, AnyChar());
+    transitions += static_cast<int64_t>(edges.size());
     for (auto& [t, set] : edges) p.out[i].push_back({std::move(set), t});
   }
   const size_t n = keys.size();
@@ -883,8 +891,9 @@ std::pair<int64_t, int64_t> ProductLengths(const Product& p) {
 Result<std::string> IntersectionExpr(const std::vector<const Nfa*>& nfas, int64_t min_len, int64_t max_len, const RuleSink& sink) {
   auto too_large = [] {
     return MakeError(StatusCode::kInvalidArgument,
-                     "format, pattern and length bounds together need over %d states; drop one or simplify the pattern",
-                     kMaxProductStates);
+                     "format, pattern and length bounds together need over %d states or %lld transitions; drop one or "
+                     "simplify the pattern",
+                     kMaxProductStates, static_cast<long long>(kMaxTransitions));
   };
   // Without a counter first: the bounds may hold for every string already (a format's lengths).
   Product p = MakeProduct(nfas, false, 0, -1);
@@ -892,14 +901,16 @@ Result<std::string> IntersectionExpr(const std::vector<const Nfa*>& nfas, int64_
   if (!p.live[0]) return MakeError(StatusCode::kInvalidArgument, "no string satisfies the format and the pattern together");
   const auto [shortest, longest] = ProductLengths(p);
   if (shortest < min_len || (max_len >= 0 && (longest < 0 || longest > max_len))) {
-    // With a counter. A long maxLength over a cyclic language costs a state per length, so
-    // past kMaxProductStates the length is capped lower (halving, never under minLength): the
-    // strings are shorter than allowed, never invalid.
-    for (int64_t cap = max_len;;) {
+    // With a counter. A long maxLength over a cyclic language costs states per length, so past
+    // the limits the length is capped lower: the strings are shorter than allowed, never
+    // invalid. States are found in order of length (each transition adds one), so every state
+    // shorter than the length the limits hit at was already within them: that length - 1 fits.
+    p = MakeProduct(nfas, true, min_len, max_len);
+    if (p.overflow) {
+      const int64_t cap = p.overflow_length - 1;
+      if (max_len < 0 || cap < std::max<int64_t>(min_len, kMinLengthCap)) return too_large();
       p = MakeProduct(nfas, true, min_len, cap);
-      if (!p.overflow) break;
-      if (cap < 0 || cap / 2 < std::max<int64_t>(min_len, 1)) return too_large();
-      cap /= 2;
+      if (p.overflow) return too_large();
     }
     if (!p.live[0]) return MakeError(StatusCode::kInvalidArgument, "no string satisfies the format, pattern and length bounds together");
   }

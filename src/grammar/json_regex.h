@@ -12,7 +12,9 @@
 // lookaround, `\b` `\B`, `\p{...}`, anchors elsewhere, lone surrogates.
 //
 // Cost: a parsed tree is as large as the pattern; grammar text and NFAs expand counted
-// repetitions (bounded by kMaxExpanded positions), and a product stops at kMaxProductStates.
+// repetitions (bounded by kMaxExpanded positions); an NFA stops at kMaxTransitions (a chain of
+// optional items has a transition from each to every later one), a product at kMaxProductStates
+// or kMaxTransitions: a schema compiles in at most a few tenths of a second.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,9 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 inline constexpr int32_t kMaxCount = 1000;             // n, m of a pattern's {n,m}
 inline constexpr int64_t kMaxExpanded = 20000;         // character positions after expanding counts
 inline constexpr int32_t kMaxProductStates = 20000;    // states of an intersection
+inline constexpr int64_t kMaxTransitions = 200000;     // transitions of an NFA or of an intersection
+inline constexpr int32_t kMaxGroupDepth = 100;         // nested groups in a pattern
+inline constexpr int64_t kMinLengthCap = 16;           // IntersectionExpr lowers maxLength no further
 
 // A regular language over code points.
 struct Regex {

@@ -294,6 +294,11 @@ TEST(JsonRegex, ZodFormatsWithPatternsWalkValid) {
   ASSERT_TRUE(idx);
   Rng rng(13);
   for (const auto& [name, s] : ZodSchema()["properties"].items()) WalkString(idx, s, 6, 80, rng);
+  // z.email().max(100): the product with a length counter is over the limits at 100, so the
+  // strings are capped shorter; still valid.
+  J email = ZodSchema()["properties"]["email"];
+  email["maxLength"] = 100;
+  WalkString(idx, email, 4, 80, rng);
   // The whole object compiles (one grammar, shared character rules).
   EXPECT_TRUE(Compile(ZodSchema(), idx));
 }
@@ -319,6 +324,59 @@ TEST(JsonRegex, SplitMasksEqualWholeWalks) {
   whole->set_split_masks(false);
   test::ExpectSplitMasksEqual(
       a, whole, 6, [](int w, int cost) { return w % 2 ? INT_MAX : cost + 8; }, 120, rng, schema.dump());
+}
+
+// A random pattern from the subset: alternatives of atoms (characters, classes, groups) with
+// quantifiers, anchors at the top level's edges.
+std::string RandomPattern(Rng& rng, int depth) {
+  const char* const atoms[] = {"a", "b", "c", ".", "\\d", "\\D", "\\w", "[ab]", "[^a]", "[a-c0]", "\\.", "-", "0", "]", "}", "x"};
+  const char* const quants[] = {"", "", "", "*", "+", "?", "*?", "{2}", "{1,3}", "{0,2}", "{2,}", "+?"};
+  std::string p;
+  for (int alt = 0, alts = 1 + static_cast<int>(rng.Next() % 3 == 0); alt < alts; ++alt) {
+    if (alt) p += "|";
+    if (depth == 0 && rng.Next() % 3 == 0) p += "^";
+    for (int n = static_cast<int>(rng.Next() % 4); n >= 0; --n) {
+      const uint64_t r = rng.Next() % 8;
+      if (r == 0 && depth < 2) p += "(" + RandomPattern(rng, depth + 1) + ")";
+      else if (r == 1 && depth < 2) p += "(?:" + RandomPattern(rng, depth + 1) + ")";
+      else p += atoms[rng.Next() % std::size(atoms)];
+      p += quants[rng.Next() % std::size(quants)];
+    }
+    if (depth == 0 && rng.Next() % 3 == 0) p += "$";
+  }
+  return p;
+}
+
+// Random patterns: the NFA the compiler builds and std::regex (ECMAScript, search) agree on random
+// strings, and every schema built on one compiles to a grammar that parses, alone and with length
+// bounds (the direct and the product paths).
+TEST(JsonRegex, RandomPatternsAgreeWithStdRegex) {
+  const char alphabet[] = "abc01.-x";
+  Rng rng(15);
+  for (int i = 0; i < 400; ++i) {
+    const std::string p = RandomPattern(rng, 0);
+    const std::wregex want(Wide(p), std::regex::ECMAScript);
+    auto re = ParsePattern(p);
+    ASSERT_TRUE(re.ok()) << p << ": " << re.error().message;
+    auto nfa = BuildNfa(*re);
+    ASSERT_TRUE(nfa.ok()) << p;
+    for (int k = 0; k < 20; ++k) {
+      std::string str;
+      for (int n = static_cast<int>(rng.Next() % 7); n > 0; --n) str += alphabet[rng.Next() % (sizeof alphabet - 1)];
+      const std::vector<uint32_t> cps(str.begin(), str.end());
+      ASSERT_EQ(NfaMatches(*nfa, cps), std::regex_search(Wide(str), want)) << "pattern " << p << " string '" << str << "'";
+    }
+    if (getenv("MNEMO_SHOW_WALKS") && i % 50 == 0) printf("%s\n", p.c_str());
+    for (const J& schema : {J{{"pattern", p}}, J{{"pattern", p}, {"minLength", 1}, {"maxLength", 4}}}) {
+      auto text = SchemaToGrammar(schema);
+      if (!text.ok()) {
+        EXPECT_NE(text.error().message.find("no string satisfies"), std::string::npos) << schema.dump() << ": " << text.error().message;
+        continue;
+      }
+      auto g = Grammar::Parse(*text);
+      ASSERT_TRUE(g.ok()) << schema.dump() << ": " << g.error().message << "\n" << *text;
+    }
+  }
 }
 
 // ---- Enum, const, refusals ------------------------------------------------------------------
@@ -360,6 +418,8 @@ TEST(JsonRegex, RefusalsNameTheKeyword) {
   refused(R"(*a)", "nothing to repeat");
   refused(R"([^\s\S])", "matches nothing");
   refused(R"(\ud800)", "surrogate");
+  refused(R"(^(a?){1000}$)", "too complex");
+  refused(std::string(101, '(') + "a" + std::string(101, ')'), "nested");
   // A format with a pattern outside the subset that does not follow from the format.
   EXPECT_NE(Err(R"js({"type": "string", "format": "date", "pattern": "(?=2)"})js").find("'/pattern'"), std::string::npos);
   // Bounds no formatted string meets.
