@@ -49,6 +49,11 @@ const std::vector<J>& Schemas() {
         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 3}}}, "required": ["r"],
         "additionalProperties": false})"),
       J::parse(R"({"type": "object"})"),
+      // Formats and patterns (json_regex.h): direct grammar, a product with a length counter, an
+      // unanchored pattern.
+      J::parse(R"({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+        "who": {"type": "string", "format": "email", "maxLength": 20}, "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+        "tag": {"type": "string", "pattern": "ok", "maxLength": 6}}, "required": ["when", "who", "code", "tag"], "additionalProperties": false})"),
   };
   return schemas;
 }
