@@ -1,7 +1,8 @@
 // JSON Schema `format` and `pattern`: random walks over a real vocabulary must give JSON strings
-// whose decoded value passes a check written here from each format's RFC, and std::wregex
-// (ECMAScript, search semantics) for patterns; zod 4's schemas (format and pattern together,
-// length bounds) compile and hold both; what the subset leaves out is refused with its location.
+// whose decoded value passes the test validator (schema_validator.h: each format checked from its
+// RFC's grammar, patterns by std::wregex, ECMAScript search semantics); zod 4's schemas (format and
+// pattern together, length bounds) compile and hold both; random patterns agree with std::regex;
+// what the subset leaves out is refused with its location.
 #include <gtest/gtest.h>
 
 #include <regex>
