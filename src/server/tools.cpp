@@ -295,6 +295,9 @@ std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools,
   if (spec->request.grammar) {
     return Bad("tool_choice 'required' or a named function cannot be combined with a response format or grammar", "tool_choice");
   }
+  // The grammar ends the reply; a stop string matching inside the call syntax (LangChain agents'
+  // "\n", a "}") could only cut the call, which then parses as nothing.
+  spec->request.stop.clear();
   auto text = ToolCallGrammar(f, tools);
   if (!text.ok()) return Bad("Cannot build the tool-call grammar: " + text.error().message, "tools", "invalid_function_parameters");
   auto a = model.Grammar(*text);
