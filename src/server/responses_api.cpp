@@ -404,7 +404,11 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     auto open_message = [&] {
       if (message_open) return;
       message_open = true;
-      emit("response.output_item.added", {{"output_index", 0}, {"item", OutputItem(msg_id, "", "in_progress")}});
+      // The item opens with no parts, as OpenAI's: the part follows in content_part.added (the
+      // openai package's stream accumulator appends it, so a part here made its snapshot two).
+      Json opened = OutputItem(msg_id, "", "in_progress");
+      opened["content"] = Json::array();
+      emit("response.output_item.added", {{"output_index", 0}, {"item", std::move(opened)}});
       emit("response.content_part.added", {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0},
                                            {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
     };

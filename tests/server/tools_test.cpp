@@ -400,6 +400,9 @@ TEST_F(Tools, AutoFindsACallAfterText) {
   std::string text;
   Json final_resp;
   for (const Json& ev : rr) {
+    if (ev["type"] == "response.output_item.added" && ev["item"]["type"] == "message") {
+      EXPECT_EQ(ev["item"]["content"], Json::array()) << ev.dump();  // the part comes in content_part.added
+    }
     if (ev["type"] == "response.output_text.delta") text += ev["delta"].get<std::string>();
     if (ev["type"] == "response.completed") final_resp = ev["response"];
   }
