@@ -168,7 +168,13 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     auto links = store->GetResponseChain(*prev_id, owner, kMaxChain);
     if (!links.ok()) return http::SendError(res, StoreFailure(links.error()));
     const std::vector<ResponseLink>& chain = *links;
-    if (chain.empty()) return http::SendError(res, http::NotFound("Previous response with id '" + *prev_id + "' not found."));
+    // OpenAI's answer, word for word: agent clients (Codex and its proxies) match this code to
+    // resend the whole history instead (a response stored with store: false, deleted, or another
+    // key's is not found either).
+    if (chain.empty()) {
+      return http::SendError(res, http::BadRequest("Previous response with id '" + *prev_id + "' not found.",
+                                                   "previous_response_id", "previous_response_not_found"));
+    }
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       AppendMessages(Json::parse(it->input_items_json, nullptr, false), &history, &history_pins);
       AppendMessages(Json::parse(it->output_json, nullptr, false), &history, &history_pins);

@@ -74,7 +74,7 @@ TEST(Http, BadInputGetsTheRightStatusAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", 400},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":3})", 400},
       {"/v1/completions", R"({"prompt":7})", 400},
-      {"/v1/responses", R"({"input":"hi","previous_response_id":"resp_00000000000000000000000000000000"})", 404},
+      {"/v1/responses", R"({"input":"hi","previous_response_id":"resp_00000000000000000000000000000000"})", 400},
       {"/v1/responses", R"({"input":"hi","conversation":"conv_00000000000000000000000000000000"})", 404},
       {"/v1/responses", R"({"input":{"x":1}})", 400},
       {"/v1/responses", R"({"input":"hi","truncation":"sometimes"})", 400},
@@ -119,7 +119,11 @@ TEST(Http, OneKeysObjectsAreNotFoundForAnother) {
   EXPECT_GE(id.size(), 5u + 32u);  // 128 random bits
   EXPECT_EQ(c.Get("/v1/responses/" + id, "k1")->status, 200);
   ExpectError(c.Get("/v1/responses/" + id, "k2"), 404, "other key's response");
-  ExpectError(c.Post("/v1/responses", Json{{"input", "x"}, {"previous_response_id", id}}.dump(), "k2"), 404, "other key's chain");
+  // A chain another key owns is not found, in OpenAI's words (400, code previous_response_not_found).
+  auto other = c.Post("/v1/responses", Json{{"input", "x"}, {"previous_response_id", id}}.dump(), "k2");
+  ExpectError(other, 400, "other key's chain");
+  EXPECT_EQ(Json::parse(other->body)["error"]["code"], "previous_response_not_found") << other->body;
+  EXPECT_EQ(Json::parse(other->body)["error"]["param"], "previous_response_id") << other->body;
   auto conv = c.Post("/v1/conversations", R"({"metadata":{"topic":"t"}})", "k1");
   ASSERT_TRUE(conv && conv->status == 200) << (conv ? conv->body : "");
   std::string cid = Json::parse(conv->body)["id"];

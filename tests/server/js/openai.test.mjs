@@ -118,7 +118,9 @@ test('errors surface as the client\'s typed errors', async () => {
   const bad = new OpenAI({ apiKey: 'wrong', baseURL: server.baseURL, maxRetries: 0 });
   await assert.rejects(bad.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }] }), OpenAI.AuthenticationError);
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], temperature: 9 }), OpenAI.BadRequestError);
-  await assert.rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_0123456789abcdef0123456789abcdef' }), OpenAI.NotFoundError);
+  // As OpenAI answers it: 400 previous_response_not_found (Codex-style clients resend the history on it).
+  await assert.rejects(client.responses.create({ model, input: 'x', previous_response_id: 'resp_0123456789abcdef0123456789abcdef' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'previous_response_not_found' && e.param === 'previous_response_id');
   const models = await client.models.list();
   assert.ok(models.data.length === 1);
 });
