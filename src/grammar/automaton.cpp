@@ -6,7 +6,6 @@
 
 namespace mnemo::grammar {
 namespace {
-constexpr int32_t kUnknown = -2;  // a transition not computed yet
 constexpr int32_t kEmptyStack = 0;
 }  // namespace
 
@@ -154,22 +153,22 @@ void Automaton::NewTable(StateId s) {
   }
   for (int b = 0; b < 256; ++b) {
     classes[b] = static_cast<uint16_t>(cls[b]);
-    trans[b] = cls[b] == 0 ? kDead : kUnknown;
+    trans[b] = cls[b] == 0 ? kDead : kUnknownTransition;
   }
 }
 
-Automaton::StateId Automaton::Transition(StateId s, uint8_t b) {
+Automaton::StateId Automaton::TransitionSlow(StateId s, uint8_t b) {
   if (states_[s].trans < 0) NewTable(s);
   int32_t* trans = Table(states_[s].trans);
   int32_t t = trans[b];
-  if (t == kUnknown) {
+  if (t == kUnknownTransition) {
     t = ComputeTransition(s, b);
     if (overflow_) return t;  // a refusal caused by a limit is not cached
     trans = Table(states_[s].trans);
     const uint16_t* classes = Classes(states_[s].trans);
     const uint16_t c = classes[b];
     for (int x = 0; x < 256; ++x) {
-      if (classes[x] == c && trans[x] == kUnknown) trans[x] = t;
+      if (classes[x] == c && trans[x] == kUnknownTransition) trans[x] = t;
     }
   }
   return t;
@@ -475,26 +474,39 @@ void Automaton::BuildKey(Key* k) {
   need.resize(static_cast<size_t>(n), 0);
   int32_t lo = n, hi = 0;
   k->touch.assign(words_, 0);
-  std::vector<std::vector<int32_t>> by_len;         // accepted tokens by capped length
-  // Accepted tokens as (local end state, length, token), sorted once after the walk.
-  struct Tok {
+  // The trie nodes whose tokens the local part accepts, with their local end state and length.
+  struct Hit {
     StateId end;
-    int32_t len, id;
-    bool operator<(const Tok& o) const { return end != o.end ? end < o.end : len != o.len ? len < o.len : id < o.id; }
+    int32_t len, node;
   };
-  std::vector<Tok> toks;
-  std::vector<StateId> at(static_cast<size_t>(index_->max_depth()) + 1);
-  std::vector<int32_t> path(static_cast<size_t>(index_->max_depth()) + 1, 0);
+  // Scratch kept by the thread across keys and automata (the engine thread builds them all):
+  // fresh pages for a string key's ~30,000 entries cost as much as its walk.
+  static thread_local std::vector<Hit> hits, by_len;
+  static thread_local std::vector<int32_t> of;
+  hits.clear();
+  const int32_t max_depth = index_->max_depth();
+  std::vector<StateId> at(static_cast<size_t>(max_depth) + 1);
+  std::vector<int32_t> path(static_cast<size_t>(max_depth) + 1, 0);
   at[0] = k->local;
+  int32_t depth = 0;  // of the last node on the path
+  // A node's need is the largest of its own and its children's: each is folded into its parent
+  // when the walk leaves it (once per node, not once per token per ancestor).
+  auto fold_to = [&](int32_t d) {
+    for (; depth >= d && depth > 0; --depth) {
+      uint8_t& up = need[path[depth - 1]];
+      up = std::max(up, need[path[depth]]);
+    }
+  };
   int64_t visited = 0;
   for (int32_t i = 1; i < n;) {
     const TokenIndex::Node& node = nodes[i];
+    fold_to(node.depth);
     const StateId p = at[node.depth - 1];
     path[node.depth] = i;
+    depth = node.depth;
     ++visited;
     if (states_[p].accepting && k->first.Has(node.byte)) {
       // The local part may end before this byte and what lies below go on: uncertain subtree.
-      for (int32_t d = 0; d < node.depth; ++d) need[path[d]] = 255;
       lo = std::min(lo, path[1]);
       hi = std::max(hi, node.end - 1);
       for (int32_t j = i; j < node.end; ++j) {
@@ -516,21 +528,15 @@ void Automaton::BuildKey(Key* k) {
     at[node.depth] = t;
     if (node.tok_begin < node.tok_end) {
       const int32_t len = std::min<int32_t>(node.depth, 254);
-      if (static_cast<int32_t>(by_len.size()) <= len) by_len.resize(len + 1);
-      for (int32_t x = node.tok_begin; x < node.tok_end; ++x) {
-        k->touch[ids[x] >> 6] |= uint64_t{1} << (ids[x] & 63);
-        by_len[len].push_back(ids[x]);
-      }
-      for (int32_t d = 0; d <= node.depth; ++d) {
-        uint8_t& v = need[path[d]];
-        if (v != 255 && v < len) v = static_cast<uint8_t>(len);
-      }
+      for (int32_t x = node.tok_begin; x < node.tok_end; ++x) k->touch[ids[x] >> 6] |= uint64_t{1} << (ids[x] & 63);
+      need[i] = std::max(need[i], static_cast<uint8_t>(len));
       lo = std::min(lo, path[1]);
       hi = std::max(hi, i);
-      for (int32_t x = node.tok_begin; x < node.tok_end; ++x) toks.push_back({t, len, ids[x]});
+      hits.push_back({t, len, i});
     }
     ++i;
   }
+  fold_to(1);
   stats_.nodes_visited += visited;
   // The root's entry is never read (walks start below it).
   k->need_lo = lo;
@@ -539,31 +545,62 @@ void Automaton::BuildKey(Key* k) {
     std::fill(need.begin() + lo, need.begin() + hi + 1, 0);
   }
   need[0] = 0;
-  k->len_slot.assign(by_len.size(), -1);
+  // The accepted tokens by end state, then length: two stable counting sorts (a comparison sort
+  // of a string key's ~30,000 tokens was half of building it).
+  int32_t longest = -1;
+  for (const Hit& h : hits) longest = std::max(longest, h.len);
+  std::vector<int32_t> count(static_cast<size_t>(longest) + 2, 0);
+  for (const Hit& h : hits) count[h.len + 1]++;
+  for (size_t x = 1; x < count.size(); ++x) count[x] += count[x - 1];
+  by_len.resize(hits.size());
+  for (const Hit& h : hits) by_len[count[h.len]++] = h;
+  // Rows of cum: the accepted tokens of at most each length.
+  k->len_slot.assign(static_cast<size_t>(longest) + 1, -1);
   int16_t rows = 0;
-  for (size_t len = 0; len < by_len.size(); ++len) {
-    if (!by_len[len].empty()) {
-      const size_t off = k->cum.size();
-      if (rows == 0) {
-        k->cum.resize(off + words_, 0);
-      } else {
-        k->cum.resize(off + words_);
-        std::memcpy(k->cum.data() + off, k->cum.data() + off - words_, words_ * sizeof(uint64_t));
-      }
-      for (int32_t id : by_len[len]) k->cum[off + (id >> 6)] |= uint64_t{1} << (id & 63);
-      ++rows;
+  for (size_t x = 0; x < by_len.size();) {
+    const int32_t len = by_len[x].len;
+    const size_t off = k->cum.size();
+    k->cum.resize(off + words_, 0);
+    if (rows > 0) std::memcpy(k->cum.data() + off, k->cum.data() + off - words_, words_ * sizeof(uint64_t));
+    for (; x < by_len.size() && by_len[x].len == len; ++x) {
+      const TokenIndex::Node& node = nodes[by_len[x].node];
+      for (int32_t t = node.tok_begin; t < node.tok_end; ++t) k->cum[off + (ids[t] >> 6)] |= uint64_t{1} << (ids[t] & 63);
     }
-    k->len_slot[len] = static_cast<int16_t>(rows - 1);
+    k->len_slot[len] = rows++;
   }
-  std::sort(toks.begin(), toks.end());
-  for (size_t x = 0; x < toks.size(); ++x) {
-    if (x == 0 || toks[x].end != toks[x - 1].end) {
-      k->ends.push_back({toks[x].end, toks[x].len});
-      k->end_tokens.push_back(static_cast<int32_t>(k->tokens.size()));
+  for (size_t len = 1; len < k->len_slot.size(); ++len)
+    if (k->len_slot[len] < 0) k->len_slot[len] = k->len_slot[len - 1];
+  // Distinct end states, each a bucket (in order of first appearance); the tokens bucket by
+  // bucket, by length within.
+  std::vector<StateId> ends;
+  std::vector<int32_t>& bucket = end_bucket_;  // [n_states], -1 between calls
+  if (bucket.size() < states_.size()) bucket.resize(states_.size(), -1);
+  of.resize(by_len.size());
+  for (size_t x = 0; x < by_len.size(); ++x) {
+    int32_t& b = bucket[by_len[x].end];
+    if (b < 0) {
+      b = static_cast<int32_t>(ends.size());
+      ends.push_back(by_len[x].end);
     }
-    k->tokens.push_back({toks[x].len, toks[x].id});
+    of[x] = b;
   }
-  k->end_tokens.push_back(static_cast<int32_t>(k->tokens.size()));
+  for (StateId e : ends) bucket[e] = -1;
+  std::vector<int32_t> first(ends.size() + 1, 0);
+  for (size_t x = 0; x < by_len.size(); ++x) {
+    const TokenIndex::Node& node = nodes[by_len[x].node];
+    first[of[x] + 1] += node.tok_end - node.tok_begin;
+  }
+  for (size_t e = 1; e < first.size(); ++e) first[e] += first[e - 1];
+  k->tokens.resize(static_cast<size_t>(first.back()));
+  k->end_tokens.assign(first.begin(), first.end());
+  k->ends.resize(ends.size());
+  for (size_t e = 0; e < ends.size(); ++e) k->ends[e] = {ends[e], -1};
+  for (size_t x = 0; x < by_len.size(); ++x) {
+    auto& shortest = k->ends[of[x]].second;
+    if (shortest < 0) shortest = by_len[x].len;  // by length: the first is the shortest
+    const TokenIndex::Node& node = nodes[by_len[x].node];
+    for (int32_t t = node.tok_begin; t < node.tok_end; ++t) k->tokens[first[of[x]]++] = {by_len[x].len, ids[t]};
+  }
   key_bytes_ += k->need.size() + (k->cum.size() + k->touch.size()) * sizeof(uint64_t) + k->ends.size() * 12 +
                 k->tokens.size() * 8 + k->len_slot.size() * 2;
   k->ok = true;

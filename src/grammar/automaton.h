@@ -238,7 +238,18 @@ class Automaton {
   int32_t InternStack(int32_t pos, int32_t parent);
   StateId InternState(std::vector<int32_t>& stacks);  // sorts and dedups `stacks`
   void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);
-  StateId Transition(StateId s, uint8_t b);
+  // The state after byte b: a table lookup once computed (the walks' inner loop), else
+  // TransitionSlow (a new table, ComputeTransition).
+  StateId Transition(StateId s, uint8_t b) {
+    const int32_t t = states_[s].trans;
+    if (t >= 0) {
+      const int32_t next = Table(t)[b];
+      if (next != kUnknownTransition) return next;
+    }
+    return TransitionSlow(s, b);
+  }
+  StateId TransitionSlow(StateId s, uint8_t b);
+  static constexpr int32_t kUnknownTransition = -2;
   void NewTable(StateId s);  // s's transition table (all unknown, dead bytes dead) and byte classes
   StateId ComputeTransition(StateId s, uint8_t b);
   // One trie walk from s setting the bits of allowed tokens in words ([words_], not cleared):
@@ -306,6 +317,7 @@ class Automaton {
   size_t key_bytes_ = 0;
   std::vector<Group> groups_;                            // scratch of BaseMask
   std::vector<uint8_t> need_scratch_;                    // scratch of BuildKey
+  std::vector<int32_t> end_bucket_;                      // scratch of BuildKey: [n_states], -1
   StateId start_ = kDead;
   bool overflow_ = false;
   size_t words_;                                         // ceil(n_vocab / 64)
