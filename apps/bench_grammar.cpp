@@ -2,7 +2,8 @@
 // (masks, sampling, everything a served turn does) with and without a grammar, at each batch size,
 // alternating per repeat, in two cases of the schema's automaton (the server keeps one per
 // schema, grammar_cache.h): "fresh", a new automaton for every run (a schema's first request pays
-// its per-grammar walks and every state), and "warm", one automaton per schema that has served an
+// every state; the walks the server does when it compiles the schema, Automaton::Prepare, are
+// timed apart: prepare_ms), and "warm", one automaton per schema that has served an
 // earlier turn and is shared by every run after it (the server from a schema's second request on).
 // Then the mask time per token alone, replaying each constrained output through a new automaton
 // (cold: every state new, a first request) and again through the same one (warm: all cached); the
@@ -128,10 +129,16 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
     }
     grammars.push_back({name, *text});
   }
+  // As the server compiles a grammar (GrammarCache::Get): parsed, then prepared on this thread.
+  std::vector<double> prepare_s;  // per automaton made
   auto make = [&](const std::string& text) {
     auto g = grammar::Grammar::Parse(text);
     MNEMO_CHECK(g.ok());
-    return std::make_shared<grammar::Automaton>(std::make_shared<const grammar::Grammar>(std::move(*g)), index);
+    auto a = std::make_shared<grammar::Automaton>(std::make_shared<const grammar::Grammar>(std::move(*g)), index);
+    const auto t0 = std::chrono::steady_clock::now();
+    a->Prepare();
+    prepare_s.push_back(Seconds(t0));
+    return a;
   };
   const std::vector<int32_t> prompt = tok.Encode("Once upon a time, there was a", /*add_special=*/true);
   nlohmann::json j = {{"model", f.model}, {"n_vocab", tok.n_vocab()}, {"trie_nodes", index->nodes().size()},
@@ -140,6 +147,7 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
   for (const auto& [name, text] : grammars) {
     // One automaton for every "warm" run of this schema (as the server caches it), after one
     // earlier turn with another seed.
+    prepare_s.clear();
     auto shared = make(text);
     if (auto w = RunBatch(e, prompt, 1, f.tokens, 1, shared); !w.ok()) {
       std::fprintf(stderr, "error: %s\n", w.error().message.c_str());
@@ -226,6 +234,7 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
                               // The sampler's time per token, unconstrained and under the masks.
                               {"sample_us_per_token_off", off_tokens ? 1e6 * off_sampling_s / off_tokens : 0.0},
                               {"sample_us_per_token_on", c.engine_tokens ? 1e6 * c.sampling_s / c.engine_tokens : 0.0},
+                              {"prepare_ms", 1e3 * Median(prepare_s)},
                               {"tokens_replayed", masked}, {"states", st.states / n_out},
                               {"trie_walks", st.masks_computed / n_out}, {"masks_from_cache", st.masks_cached / n_out},
                               {"greedy_walks", st.greedy_walks / n_out}, {"budget_walks", st.budget_walks / n_out},
@@ -243,15 +252,15 @@ int RunBenchGrammar(const BenchGrammarFlags& f) {
     return 0;
   }
   std::printf("vocab %d tokens, trie %zu nodes, max_tokens %d\n", tok.n_vocab(), index->nodes().size(), f.tokens);
-  std::printf("%-7s %5s %-9s %12s %12s %7s %10s %10s %10s %10s %10s %8s %10s\n", "schema", "batch", "automaton", "off tok/s",
-              "on tok/s", "cost", "in engine", "sample off", "sample on", "mask cold", "mask warm", "states", "nodes/walk");
+  std::printf("%-7s %5s %-9s %12s %12s %7s %10s %10s %10s %10s %10s %8s %10s %9s\n", "schema", "batch", "automaton", "off tok/s",
+              "on tok/s", "cost", "in engine", "sample off", "sample on", "mask cold", "mask warm", "states", "nodes/walk", "prepare");
   for (const auto& r : j["results"]) {
-    std::printf("%-7s %5d %-9s %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8.1fus %8.1fus %8lld %10.0f\n", r["schema"].get<std::string>().c_str(),
+    std::printf("%-7s %5d %-9s %12.1f %12.1f %6.1f%% %8.1fus %8.1fus %8.1fus %8.1fus %8.1fus %8lld %10.0f %7.2fms\n", r["schema"].get<std::string>().c_str(),
                 r["batch"].get<int>(), r["automaton"].get<std::string>().c_str(), r["unconstrained_tokens_per_s"].get<double>(), r["constrained_tokens_per_s"].get<double>(),
                 100 * r["cost_share"].get<double>(), r["mask_us_per_token_engine"].get<double>(), r["sample_us_per_token_off"].get<double>(),
                 r["sample_us_per_token_on"].get<double>(), r["mask_us_per_token_cold"].get<double>(),
                 r["mask_us_per_token_warm"].get<double>(), static_cast<long long>(r["states"].get<int64_t>()),
-                r["trie_nodes_per_walk"].get<double>());
+                r["trie_nodes_per_walk"].get<double>(), r["prepare_ms"].get<double>());
   }
   return 0;
 }

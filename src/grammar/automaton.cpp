@@ -176,12 +176,29 @@ Automaton::StateId Automaton::TransitionSlow(StateId s, uint8_t b) {
 
 Automaton::StateId Automaton::Start() {
   std::lock_guard<std::mutex> lock(mu_);
+  return StartLocked();
+}
+
+Automaton::StateId Automaton::StartLocked() {
   if (start_ == kDead) {
     std::vector<int32_t> stacks;
     for (int32_t alt : grammar_->alternatives(grammar_->root())) Expand(alt, kEmptyStack, &stacks);
     start_ = InternState(stacks);
   }
   return start_;
+}
+
+void Automaton::Prepare(int max_steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> w(words_);
+  StateId s = StartLocked();
+  for (int step = 0; step < max_steps && s >= 0 && !overflow_ && !states_[s].final; ++step) {
+    std::fill(w.begin(), w.end(), 0);
+    BaseMask(s, w.data());
+    if (!overflow_ && !states_[s].best_known) GreedyWalk(s);
+    if (overflow_ || states_[s].accepting) break;
+    s = states_[s].best;  // the greedy token's end state (kDead: none)
+  }
 }
 
 Automaton::StateId Automaton::Advance(StateId s, std::string_view bytes) {

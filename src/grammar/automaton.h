@@ -87,6 +87,13 @@ class Automaton {
   Automaton& operator=(const Automaton&) = delete;
 
   StateId Start();
+  // Builds ahead what every output of the grammar needs: the masks (and so the per-element keys)
+  // of the states along the greedy path from the start (at most max_steps tokens). Meant for
+  // where the grammar is compiled (GrammarCache::Get, on the request's thread), so that a
+  // schema's first request does not build on the engine thread, between decode steps of every
+  // running turn, what its outputs share: a JSON string's characters are one walk of the whole
+  // vocabulary (~30,000 tokens), met by the greedy path at its first string.
+  void Prepare(int max_steps = 256);
   // The state after `bytes`, or kDead when the grammar refuses them (or a limit was hit: see
   // overflowed()).
   StateId Advance(StateId s, std::string_view bytes);
@@ -235,6 +242,7 @@ class Automaton {
     return false;
   }
 
+  StateId StartLocked();
   int32_t InternStack(int32_t pos, int32_t parent);
   StateId InternState(std::vector<int32_t>& stacks);  // sorts and dedups `stacks`
   void Expand(int32_t pos, int32_t parent, std::vector<int32_t>* out);

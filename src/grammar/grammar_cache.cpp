@@ -15,7 +15,7 @@ Result<std::shared_ptr<Automaton>> GrammarCache::Get(const std::string& text) {
   auto g = Grammar::Parse(text);
   if (!g.ok()) return g.error();
   auto a = std::make_shared<Automaton>(std::make_shared<const Grammar>(std::move(*g)), index_);
-  a->Start();
+  a->Prepare();  // on this (the request's) thread, not the engine's
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(text);
   if (it != map_.end()) {

@@ -23,7 +23,8 @@ class GrammarCache {
   GrammarCache(std::shared_ptr<const TokenIndex> index, size_t capacity = 64)
       : index_(std::move(index)), capacity_(capacity) {}
 
-  // The automaton for grammar text (parsed on a miss: kInvalidArgument with the parser's reason).
+  // The automaton for grammar text (parsed and prepared on a miss, Automaton::Prepare:
+  // kInvalidArgument with the parser's reason).
   Result<std::shared_ptr<Automaton>> Get(const std::string& text);
   const std::shared_ptr<const TokenIndex>& index() const { return index_; }
 
