@@ -110,6 +110,8 @@ void CheckSplitMasks(const std::string& vocab_file, int walks_per_schema, uint64
     };
     auto a = make(), whole = make();
     whole->set_split_masks(false);
+    a->Prepare();  // as the server compiles it: the greedy path's masks and keys built ahead
+    EXPECT_GT(a->stats().masks_computed, 0) << schema.dump();
     test::ExpectSplitMasksEqual(
         a, whole, walks_per_schema,
         [](int w, int cost) {
