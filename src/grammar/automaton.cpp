@@ -195,8 +195,9 @@ void Automaton::Prepare(int max_steps) {
   for (int step = 0; step < max_steps && s >= 0 && !overflow_ && !states_[s].final; ++step) {
     std::fill(w.begin(), w.end(), 0);
     BaseMask(s, w.data());
-    if (!overflow_ && !states_[s].best_known) GreedyWalk(s);
     if (overflow_ || states_[s].accepting) break;
+    if (!states_[s].best_known) GreedyWalk(s);
+    if (overflow_) break;
     s = states_[s].best;  // the greedy token's end state (kDead: none)
   }
 }
@@ -346,10 +347,30 @@ void Automaton::GreedyWalk(StateId s) {
   int64_t visited = 0;
   // on_path: only prefixes along a shortest completion (MinBytesToAccept one less per byte), a
   // narrow walk; the whole trie (pruned by the bound above) only when no token lies on one.
+  // A byte lowers MinBytesToAccept by one only from a stack that needs the fewest bytes (after a
+  // byte, a stack needs at most one byte less), so on the narrow walk the other bytes are skipped
+  // before their transitions are computed: most of the states greedy walks made were theirs.
+  std::vector<ByteSet>& shortest = greedy_bytes_;  // [depth]: those bytes of at[depth]
+  shortest.resize(walk_states_.size());
+  auto shortest_bytes = [&](StateId x, ByteSet* out) {
+    *out = ByteSet{};
+    const State& st = states_[x];
+    for (int32_t k = 0; k < st.count; ++k) {
+      const int32_t id = state_stacks_[st.first + k];
+      if (id == kEmptyStack || stacks_[id].minc != st.minc) continue;
+      const ByteSet& b = grammar_->bytes(grammar_->elements()[stacks_[id].pos].arg);
+      for (int w = 0; w < 4; ++w) out->w[w] |= b.w[w];
+    }
+  };
+  shortest_bytes(s, &shortest[0]);
   for (const bool on_path : {true, false}) {
     if (!on_path && (best != kDead || m0 >= Grammar::kFar)) break;
     for (int32_t i = 1; i < n;) {
       const TokenIndex::Node& node = nodes[i];
+      if (on_path && !shortest[node.depth - 1].Has(node.byte)) {
+        i = node.end;
+        continue;
+      }
       const StateId t = Transition(at[node.depth - 1], node.byte);
       ++visited;
       if (t == kDead || (on_path && states_[t].minc != m0 - node.depth)) {
@@ -357,6 +378,7 @@ void Automaton::GreedyWalk(StateId s) {
         continue;
       }
       at[node.depth] = t;
+      if (on_path && i + 1 < node.end) shortest_bytes(t, &shortest[node.depth]);
       const int32_t m = states_[t].minc;
       if (node.tok_begin < node.tok_end && (m < best_minc || (m == best_minc && ids[node.tok_begin] < best_id))) {
         best_minc = m;

@@ -326,6 +326,7 @@ class Automaton {
   std::vector<Group> groups_;                            // scratch of BaseMask
   std::vector<uint8_t> need_scratch_;                    // scratch of BuildKey
   std::vector<int32_t> end_bucket_;                      // scratch of BuildKey: [n_states], -1
+  std::vector<ByteSet> greedy_bytes_;                    // scratch of GreedyWalk
   StateId start_ = kDead;
   bool overflow_ = false;
   size_t words_;                                         // ceil(n_vocab / 64)
