@@ -527,6 +527,18 @@ void Automaton::BuildKey(Key* k) {
   std::vector<StateId> at(static_cast<size_t>(max_depth) + 1);
   std::vector<int32_t> path(static_cast<size_t>(max_depth) + 1, 0);
   at[0] = k->local;
+  constexpr int32_t kNotYet = -2;
+  std::vector<int32_t>& memo = levels_memo_;  // [n_states] LevelsTaken, kNotYet between calls
+  std::vector<StateId> memo_set;
+  // The repetition at the bottom of the local part (raised to its longest level), if any.
+  int32_t chain = -1;
+  {
+    const State st = states_[k->local];
+    for (int32_t x = 0; x < st.count && chain < 0; ++x) {
+      const Grammar::ChainPos& cp = grammar_->chain_pos(stacks_[Bottom(state_stacks_[st.first + x])].pos);
+      if (cp.chain >= 0 && cp.level != Grammar::kUnbounded) chain = cp.chain;
+    }
+  }
   int32_t depth = 0;  // of the last node on the path
   // A node's need is the largest of its own and its children's: each is folded into its parent
   // when the walk leaves it (once per node, not once per token per ancestor).
@@ -558,6 +570,7 @@ void Automaton::BuildKey(Key* k) {
     const StateId t = Transition(p, node.byte);
     if (overflow_) {
       std::fill(need.begin(), need.end(), 0);
+      for (StateId x : memo_set) memo[x] = kNotYet;
       return;
     }
     if (t == kDead) {
@@ -566,9 +579,22 @@ void Automaton::BuildKey(Key* k) {
     }
     at[node.depth] = t;
     if (node.tok_begin < node.tok_end) {
-      const int32_t len = std::min<int32_t>(node.depth, 254);
+      // Its length is the levels it takes where its end state tells them, else its bytes (and
+      // then, if longer than a group's level, the group's walk decides it).
+      int32_t len = std::min<int32_t>(node.depth, 254);
+      int32_t levels = -1;
+      if (chain >= 0) {  // once per end state (a string's ~30,000 tokens end in a few dozen)
+        if (memo.size() <= static_cast<size_t>(t)) memo.resize(states_.size(), kNotYet);
+        if (memo[t] == kNotYet) {
+          memo[t] = LevelsTaken(t, chain);
+          memo_set.push_back(t);
+        }
+        levels = memo[t];
+      }
+      const bool exact = levels >= 0 && levels <= len;
+      if (exact) len = levels;
       for (int32_t x = node.tok_begin; x < node.tok_end; ++x) k->touch[ids[x] >> 6] |= uint64_t{1} << (ids[x] & 63);
-      need[i] = std::max(need[i], static_cast<uint8_t>(len));
+      if (!exact) need[i] = std::max(need[i], static_cast<uint8_t>(len));
       lo = std::min(lo, path[1]);
       hi = std::max(hi, i);
       hits.push_back({t, len, i});
@@ -576,6 +602,7 @@ void Automaton::BuildKey(Key* k) {
     ++i;
   }
   fold_to(1);
+  for (StateId t : memo_set) memo[t] = kNotYet;
   stats_.nodes_visited += visited;
   // The root's entry is never read (walks start below it).
   k->need_lo = lo;
@@ -643,6 +670,35 @@ void Automaton::BuildKey(Key* k) {
   key_bytes_ += k->need.size() + (k->cum.size() + k->touch.size()) * sizeof(uint64_t) + k->ends.size() * 12 +
                 k->tokens.size() * 8 + k->len_slot.size() * 2;
   k->ok = true;
+}
+
+int32_t Automaton::Bottom(int32_t stack) const {
+  if (stack == kEmptyStack) return stack;
+  while (stacks_[stack].parent != kEmptyStack) stack = stacks_[stack].parent;
+  return stack;
+}
+
+int32_t Automaton::LevelsTaken(StateId t, int32_t chain) const {
+  const State& st = states_[t];
+  bool between = false;  // the local part may end here: the last x is complete
+  int32_t lo = INT32_MAX, hi = -1;
+  for (int32_t x = 0; x < st.count; ++x) {
+    const int32_t id = state_stacks_[st.first + x];
+    if (id == kEmptyStack) {
+      between = true;
+      continue;
+    }
+    const Grammar::ChainPos& cp = grammar_->chain_pos(stacks_[Bottom(id)].pos);
+    if (cp.chain != chain || cp.level == Grammar::kUnbounded) return -1;
+    lo = std::min(lo, cp.level);
+    hi = std::max(hi, cp.level);
+  }
+  if (hi < 0) return -1;
+  const int32_t top = grammar_->chain_length(chain);
+  // Between two x: every stack starts the x of R_lo, so the x of R_(lo+1) was the last taken.
+  if (between) return lo == hi ? top - lo : -1;
+  // Inside an x (of R_hi at the most): it takes that level too.
+  return top - hi + 1;
 }
 
 bool Automaton::Reroot(StateId local_end, const Group& g, StateId* out) {

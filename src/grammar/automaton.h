@@ -229,6 +229,13 @@ class Automaton {
   bool Split(StateId s, std::vector<Group>* groups);
   int32_t KeyFor(StateId local, const ByteSet& first);  // -1 when over the memory limit
   void BuildKey(Key* k);
+  int32_t Bottom(int32_t stack) const;  // its node just above the empty stack
+  // Levels of the repetition `chain` that a key's token took to reach its local end state t, as
+  // the stacks' bottom nodes tell (R_level: the x there is one of at most level more), counted
+  // from the chain's longest level: a group of level s allows the token exactly when that is at
+  // most s (all of t's stacks lowered below level 1 otherwise). -1 when t does not tell (its
+  // stacks on other nodes, or levels that disagree): the token's bytes bound it instead.
+  int32_t LevelsTaken(StateId t, int32_t chain) const;
   const ByteSet& First(int32_t stack);
   // The real state after a key's local end state: its stacks rebuilt on `cut`, the repetition
   // lowered by `shift` levels. false on a limit.
@@ -326,6 +333,7 @@ class Automaton {
   std::vector<Group> groups_;                            // scratch of BaseMask
   std::vector<uint8_t> need_scratch_;                    // scratch of BuildKey
   std::vector<int32_t> end_bucket_;                      // scratch of BuildKey: [n_states], -1
+  std::vector<int32_t> levels_memo_;                     // scratch of BuildKey
   std::vector<ByteSet> greedy_bytes_;                    // scratch of GreedyWalk
   StateId start_ = kDead;
   bool overflow_ = false;
