@@ -23,10 +23,13 @@
 // below (the cut). The local part is walked once per key: its stacks with the cut replaced by the
 // empty stack and the repetition raised to its longest level (for tokens of at most j bytes, R_j
 // and any longer R behave alike: each x takes a byte), plus the bytes the cut can take first.
-// That walk sorts the tokens into accepted whatever lies below (kept per token length), and
-// uncertain: those that leave the local part and go on with a byte the cut takes, or, at level j,
-// are longer than j bytes. A state's mask is then its keys' accepted tokens up to its levels, plus
-// a walk from the state itself that enters only the trie subtrees holding an uncertain token.
+// That walk sorts the tokens into accepted whatever lies below (kept per token length: the
+// repetition levels the token takes, as its end state's bottom nodes tell them, else its bytes),
+// and uncertain: those that leave the local part and go on with a byte the cut takes, or, at
+// level j, are longer than j bytes and their levels unknown. A state's mask is then its keys'
+// accepted tokens up to its levels, plus a walk from the state itself that enters only the trie
+// subtrees holding an uncertain token. (A bounded string with j characters left used to walk
+// every token of more than j bytes: most of the vocabulary for a small j.)
 // The end states of the accepted tokens (for the budget below) are the local end states rebuilt
 // on the cut, so near the budget's edge the lists of tokens to drop come from them too, not from
 // a second whole walk. Repetitions over one x share keys (json-char{0,24} and json-char{0,40}).
@@ -171,15 +174,15 @@ class Automaton {
     ByteSet first;
     bool ok = false;                 // built (false: over the memory limit)
     // Per trie node from need_lo on: 255 when its subtree holds a token that leaves the local
-    // part, else the longest accepted token below it (bytes, capped at 254); 0 for none (and
-    // for the nodes past the array).
+    // part, else the longest accepted token below it whose levels are unknown (bytes, capped at
+    // 254); 0 for none (and for the nodes past the array).
     int32_t need_lo = 0;
     std::vector<uint8_t> need;
     uint8_t Need(int32_t node) const {
       const uint32_t i = static_cast<uint32_t>(node - need_lo);
       return i < need.size() ? need[i] : 0;
     }
-    std::vector<int16_t> len_slot;   // [longest + 1] token length -> row of cum, -1 none
+    std::vector<int16_t> len_slot;   // [longest + 1] token length (levels) -> row of cum, -1 none
     std::vector<uint64_t> cum;       // [rows][words]: accepted tokens of at most that length
     std::vector<uint64_t> touch;     // [words] accepted or uncertain tokens (overlap test)
     std::vector<std::pair<StateId, int32_t>> ends;  // local end states, shortest token length
