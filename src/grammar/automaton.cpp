@@ -363,9 +363,9 @@ void Automaton::GreedyWalk(StateId s) {
     }
   };
   shortest_bytes(s, &shortest[0]);
-  for (const bool on_path : {true, false}) {
-    if (!on_path && (best != kDead || m0 >= Grammar::kFar)) break;
-    for (int32_t i = 1; i < n;) {
+  // Walks the trie nodes [begin, end) (whole subtrees).
+  auto walk = [&](bool on_path, int32_t begin, int32_t end) {
+    for (int32_t i = begin; i < end;) {
       const TokenIndex::Node& node = nodes[i];
       if (on_path && !shortest[node.depth - 1].Has(node.byte)) {
         i = node.end;
@@ -388,7 +388,15 @@ void Automaton::GreedyWalk(StateId s) {
       // Strictly worse than the best so far everywhere below: skip (ties are kept, for the lowest id).
       i = m - (below[i] - node.depth) > best_minc ? node.end : i + 1;
     }
+  };
+  // The narrow walk enters only the first bytes' subtrees (a few of the root's ~256).
+  for (int w = 0; w < 4; ++w) {
+    for (uint64_t bits = shortest[0].w[w]; bits; bits &= bits - 1) {
+      const int32_t c = index_->root_child(static_cast<uint8_t>(64 * w + __builtin_ctzll(bits)));
+      if (c >= 0) walk(/*on_path=*/true, c, nodes[c].end);
+    }
   }
+  if (best == kDead && m0 < Grammar::kFar) walk(/*on_path=*/false, 1, n);
   stats_.nodes_visited += visited;
   stats_.greedy_walks++;
   if (overflow_) return;

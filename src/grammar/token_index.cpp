@@ -68,7 +68,12 @@ std::shared_ptr<const TokenIndex> TokenIndex::Build(std::vector<std::string> pie
     t->subtree_depth_[i] = d;
   }
   int single = 0;  // depth-1 nodes holding a token: one per byte value
-  for (const Node& node : t->nodes_) single += node.depth == 1 && node.tok_begin < node.tok_end;
+  t->root_children_.fill(-1);
+  for (int32_t i = 1; i < n_nodes; i = t->nodes_[i].end) {
+    const Node& node = t->nodes_[i];
+    t->root_children_[node.byte] = i;
+    single += node.tok_begin < node.tok_end;
+  }
   t->all_bytes_ = single == 256;
   return t;
 }

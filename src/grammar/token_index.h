@@ -4,6 +4,7 @@
 // Thread safety: immutable after Build; share one per tokenizer.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,9 @@ class TokenIndex {
   // Depth of the deepest node in each node's subtree ([n_nodes]): how many more bytes any token
   // below a prefix can add, which bounds what a walk can still find there.
   const std::vector<uint16_t>& subtree_depth() const { return subtree_depth_; }
+  // The root's child for each byte (-1: no piece starts with it): a walk that can take only a
+  // few first bytes goes straight to their subtrees.
+  int32_t root_child(uint8_t byte) const { return root_children_[byte]; }
   const std::vector<int32_t>& eog() const { return eog_; }
   const std::string& piece(int32_t id) const { return pieces_[id]; }
   int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
@@ -52,6 +56,7 @@ class TokenIndex {
   std::vector<Node> nodes_;
   std::vector<int32_t> ids_;         // token ids grouped by trie node
   std::vector<uint16_t> subtree_depth_;
+  std::array<int32_t, 256> root_children_;
   std::vector<int32_t> eog_;
   std::vector<uint8_t> eog_flag_;    // [n_vocab]
   int max_depth_ = 0;
