@@ -118,9 +118,11 @@ void Automaton::NewTable(StateId s) {
   states_[s].trans = t;
   int32_t* trans = Table(t);
   uint16_t* classes = Classes(t);
-  int16_t cls[256] = {};  // 0: held by no top so far
+  int16_t cls[256] = {};  // 0: held by no top so far; labels only tell classes apart
   int16_t n_cls = 1;
-  int16_t split[512];     // old class -> the class its held bytes move to (labels stay < 512)
+  // At most 257 labels after a relabel (0 and one per byte), and a set adds at most 256.
+  constexpr int kLabels = 257 + 256;
+  int16_t split[kLabels];  // old class -> the class its held bytes move to
   // Classes depend only on the distinct byte sets of the tops (a number's state has many
   // alternatives over one digit set).
   int32_t sets[64];
@@ -132,24 +134,27 @@ void Automaton::NewTable(StateId s) {
     const int32_t set_id = grammar_->elements()[stacks_[id].pos].arg;
     if (std::find(sets, sets + n_sets, set_id) != sets + n_sets) continue;
     if (n_sets < 64) sets[n_sets++] = set_id;
-    const ByteSet& set = grammar_->bytes(set_id);
+    if (n_cls > 256) {  // relabel densely, so that labels stay below kLabels
+      int16_t dense[kLabels];
+      std::fill(dense, dense + n_cls, int16_t{-1});
+      int16_t n = 1;
+      dense[0] = 0;
+      for (int b = 0; b < 256; ++b) {
+        if (dense[cls[b]] < 0) dense[cls[b]] = n++;
+        cls[b] = dense[cls[b]];
+      }
+      n_cls = n;
+    }
     std::fill(split, split + n_cls, int16_t{-1});
-    for (int b = 0; b < 256; ++b) {
-      if (!set.Has(static_cast<uint8_t>(b))) continue;
-      int16_t& to = split[cls[b]];
-      if (to < 0) to = n_cls++;
-      cls[b] = to;
+    const ByteSet& set = grammar_->bytes(set_id);
+    for (int w = 0; w < 4; ++w) {  // the set's bytes alone (a closing quote is one byte of 256)
+      for (uint64_t bits = set.w[w]; bits; bits &= bits - 1) {
+        const int b = 64 * w + __builtin_ctzll(bits);
+        int16_t& to = split[cls[b]];
+        if (to < 0) to = n_cls++;
+        cls[b] = to;
+      }
     }
-    // Relabel densely so that labels stay below 512 (at most 256 classes exist at once).
-    int16_t dense[512];
-    std::fill(dense, dense + n_cls, int16_t{-1});
-    int16_t n = 1;
-    dense[0] = 0;
-    for (int b = 0; b < 256; ++b) {
-      if (dense[cls[b]] < 0) dense[cls[b]] = n++;
-      cls[b] = dense[cls[b]];
-    }
-    n_cls = n;
   }
   for (int b = 0; b < 256; ++b) {
     classes[b] = static_cast<uint16_t>(cls[b]);
