@@ -71,7 +71,7 @@ std::optional<ApiError> FormatGrammar(const OrderedJson& format, const std::stri
 }  // namespace
 
 std::optional<ApiError> ParseOutputFormat(ServedModel& model, const Json& body, const std::string& raw_body, OutputApi api,
-                                          TurnRequest* req, Json* echo) {
+                                          TurnRequest* req, Json* echo, std::string* format_text) {
   const char* format_member = api == OutputApi::kChat ? "response_format" : api == OutputApi::kResponses ? "text" : nullptr;
   const bool has_format = format_member && !http::Absent(body, format_member);
   const bool has_grammar = !http::Absent(body, "grammar");
@@ -101,6 +101,7 @@ std::optional<ApiError> ParseOutputFormat(ServedModel& model, const Json& body, 
       }
     }
   }
+  if (format_text) *format_text = text;
   if (has_grammar) {
     if (!body["grammar"].is_string()) return Invalid("'grammar' must be a string", "grammar", "invalid_type");
     if (!text.empty()) return Invalid("'grammar' cannot be combined with a JSON " + std::string(api == OutputApi::kChat ? "response_format" : "text.format"), "grammar");

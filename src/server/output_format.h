@@ -21,8 +21,11 @@ enum class OutputApi { kChat, kResponses, kCompletions };
 
 // Reads the output-format members of `body` (raw_body: the same body as text, re-read with its
 // member order kept, so that a schema's properties are generated in the order it lists them) and
-// sets req->grammar. `echo` (Responses): the text.format object to report back.
+// sets req->grammar. `echo` (Responses): the text.format object to report back. `format_text`:
+// the grammar text of a JSON format (response_format / text.format; not of `grammar`), which tools
+// combine with their calls (ApplyTools).
 std::optional<ApiError> ParseOutputFormat(ServedModel& model, const nlohmann::json& body, const std::string& raw_body,
-                                          OutputApi api, TurnRequest* req, nlohmann::json* echo = nullptr);
+                                          OutputApi api, TurnRequest* req, nlohmann::json* echo = nullptr,
+                                          std::string* format_text = nullptr);
 
 }  // namespace mnemo

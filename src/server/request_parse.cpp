@@ -268,11 +268,12 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
   spec.messages = std::move(std::get<0>(msgs));
   if (auto e = http::ParseGeneration(body, {"max_completion_tokens", "max_tokens"}, &spec.request)) return *e;
   if (auto e = ParseKnownFields(body, Endpoint::kChat, model.tokenizer().n_vocab(), &spec.request)) return *e;
-  if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kChat, &spec.request)) return *e;
+  std::string format_text;
+  if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kChat, &spec.request, nullptr, &format_text)) return *e;
   auto tools = std::make_shared<ToolRequest>();
   if (auto e = ParseTools(body, raw_body, /*responses=*/false, tools.get())) return *e;
   if (auto e = CheckToolHistory(&spec.messages, "messages")) return *e;
-  if (auto e = ApplyTools(model, *tools, &spec)) return *e;
+  if (auto e = ApplyTools(model, *tools, &spec, nullptr, format_text)) return *e;
   const bool stream = BoolOr(body, "stream", false);
   bool include_usage = false;
   if (!Absent(body, "stream_options")) {
@@ -396,7 +397,8 @@ ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::stri
   spec.owner = owner;
   if (auto e = http::ParseGeneration(body, {"max_output_tokens"}, &spec.request)) return *e;
   if (auto e = ParseKnownFields(body, Endpoint::kResponses, model.tokenizer().n_vocab(), &spec.request)) return *e;
-  if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kResponses, &spec.request)) return *e;
+  std::string format_text;
+  if (auto e = ParseOutputFormat(model, body, raw_body, OutputApi::kResponses, &spec.request, nullptr, &format_text)) return *e;
   if (auto e = http::ParseContext(body, &spec.context)) return *e;
   std::optional<std::string>& instructions = call.instructions;
   if (body.contains("instructions") && body["instructions"].is_string()) instructions = body["instructions"].get<std::string>();
@@ -404,7 +406,7 @@ ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::stri
   if (auto e = ParseTools(body, raw_body, /*responses=*/true, call.tools.get())) return *e;
   // Template variables, the generic tools block (in the instructions) and the grammar; the
   // messages are prepared by the handler (PrepareToolMessages) once the history is known.
-  if (auto e = ApplyTools(model, *call.tools, &spec, &instructions)) return *e;
+  if (auto e = ApplyTools(model, *call.tools, &spec, &instructions, format_text)) return *e;
 
   // Where the history comes from: a previous response's chain, or a conversation's items.
   std::optional<std::string>& prev_id = call.previous_response_id;

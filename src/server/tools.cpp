@@ -265,8 +265,42 @@ void PrepareToolMessages(const ServedModel& model, std::vector<ChatMessage>* mes
   }
 }
 
+std::string PrefixRules(const std::string& text, const std::string& prefix) {
+  auto name_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; };
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  size_t i = 0;
+  // Copies text[i] up to and including the unescaped `close`.
+  auto quoted = [&](char close) {
+    out += text[i++];
+    while (i < text.size() && text[i] != close) {
+      if (text[i] == '\\' && i + 1 < text.size()) out += text[i++];
+      out += text[i++];
+    }
+    if (i < text.size()) out += text[i++];
+  };
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '"') {
+      quoted('"');
+    } else if (c == '[') {
+      quoted(']');
+    } else if (c == '{') {  // a repetition's bounds
+      quoted('}');
+    } else if (c == '#') {
+      while (i < text.size() && text[i] != '\n') out += text[i++];
+    } else if (name_char(c)) {
+      out += prefix;
+      while (i < text.size() && name_char(text[i])) out += text[i++];
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools, TurnSpec* spec,
-                                   std::optional<std::string>* instructions) {
+                                   std::optional<std::string>* instructions, const std::string& format_text) {
   const ChatTemplate& t = model.chat_template();
   const bool native = TemplateRendersTools(t);
   const ToolFormat f = DetectToolFormat(t);
@@ -291,9 +325,22 @@ std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools,
       }
     }
   }
-  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kNamed) return std::nullopt;
-  if (spec->request.grammar) {
-    return Bad("tool_choice 'required' or a named function cannot be combined with a response format or grammar", "tool_choice");
+  const bool forced = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed;
+  if (tools.choice == ToolChoice::kAuto && !tools.tools.empty() && !format_text.empty()) {
+    // Calls or the format's JSON: OpenAI's agents answer in the format after their calls; a
+    // format grammar alone would never let a call out.
+    auto calls = ToolCallGrammar(f, tools);
+    if (!calls.ok()) return Bad("Cannot build the tool-call grammar: " + calls.error().message, "tools", "invalid_function_parameters");
+    const std::string text = "root ::= format-root | calls-root\n" + PrefixRules(format_text, "format-") + "\n" +
+                             PrefixRules(*calls, "calls-");
+    auto a = model.Grammar(text);
+    if (!a.ok()) return Bad("Cannot compile the tool-call grammar: " + a.error().message, "tools", "invalid_function_parameters");
+    spec->request.grammar = std::move(*a);
+    return std::nullopt;
+  }
+  if (!forced) return std::nullopt;
+  if (spec->request.grammar && format_text.empty()) {
+    return Bad("tool_choice 'required' or a named function cannot be combined with a grammar", "tool_choice");
   }
   // The grammar ends the reply; a stop string matching inside the call syntax (LangChain agents'
   // "\n", a "}") could only cut the call, which then parses as nothing.

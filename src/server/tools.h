@@ -66,12 +66,19 @@ void PrepareToolMessages(const ServedModel& model, std::vector<ChatMessage>* mes
 // Prepares spec for rendering (PrepareToolMessages on spec->messages included): template variables or the generic system block and history
 // rewrite; sets the grammar for required / named choices. `instructions` (Responses): where the
 // generic block goes instead of a system message. Shifts spec->hint.reply_message when a system
-// message is inserted.
+// message is inserted. `format_text`: the grammar of a JSON response format (response_format /
+// text.format), as OpenAI combines them: under auto the reply is calls or the format's JSON (the
+// grammar offers both); under required / a named tool it is calls (the format applies to a text
+// reply, which cannot come). A raw `grammar` with required / a named tool is a 400.
 std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools, TurnSpec* spec,
-                                   std::optional<std::string>* instructions = nullptr);
+                                   std::optional<std::string>* instructions = nullptr,
+                                   const std::string& format_text = "");
 
 // The grammar text for tools.choice kRequired / kNamed in format f (exposed for tests).
 Result<std::string> ToolCallGrammar(ToolFormat f, const ToolRequest& tools);
+// Grammar text with every rule name prefixed (definitions and references; literals, classes,
+// repetition bounds and comments untouched), so that two grammars can be joined under one root.
+std::string PrefixRules(const std::string& text, const std::string& prefix);
 
 // The calls in a finished reply (ids assigned "call_..."), or none (content = the text). Under
 // required / a named tool the content is always empty (the reply is call syntax, even when cut).

@@ -413,6 +413,39 @@ TEST_F(Tools, AutoFindsACallAfterText) {
   EXPECT_EQ(final_resp["output"][1]["name"], "get_time");
 }
 
+// Tools with a JSON response format (an agent answering in a format after its calls, the AI SDK's
+// Output.object or LangChain's provider strategy): the reply is calls or the format's JSON, as
+// OpenAI's; the format alone never let a call out. logit_bias on the first character picks the branch.
+TEST_F(Tools, ResponseFormatWithToolsAllowsCallsOrTheFormat) {
+  Client c(server_->port());
+  auto last_token = [&](const std::string& text) {
+    Json t = c.Post("/tokenize", {{"content", text}});
+    return std::to_string(t["tokens"].back().get<int>());
+  };
+  const OJ schema = OJ::parse(R"({"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 5}},
+    "required": ["x"], "additionalProperties": false})");
+  const Json format = {{"type", "json_schema"}, {"json_schema", {{"name", "answer"}, {"schema", Json::parse(schema.dump())}}}};
+  Json body = {{"messages", UserAsks()}, {"tools", ChatTools()}, {"response_format", format}, {"max_tokens", 160}, {"seed", 1}};
+  body["logit_bias"] = {{last_token("<"), 100}};
+  Json j = c.Post("/v1/chat/completions", body);
+  ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << j.dump();
+  for (const Json& call : j["choices"][0]["message"]["tool_calls"]) ExpectValidCall(call["function"]["name"], call["function"]["arguments"], "call");
+  body["logit_bias"] = {{last_token("{"), 100}};
+  j = c.Post("/v1/chat/completions", body);
+  ASSERT_EQ(j["choices"][0]["finish_reason"], "stop") << j.dump();
+  const OJ v = OJ::parse(j["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+  EXPECT_EQ(test::Validate(schema, v, schema), "") << j.dump();
+  // Responses, and required with a format: calls (it was a 400).
+  Json rb = {{"input", "Weather?"}, {"tools", ResponsesTools()}, {"max_output_tokens", 160}, {"tool_choice", "required"},
+             {"text", {{"format", {{"type", "json_schema"}, {"name", "answer"}, {"schema", Json::parse(schema.dump())}}}}}};
+  Json r = c.Post("/v1/responses", rb);
+  ASSERT_EQ(r["status"], "completed") << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call") << r.dump();
+  // Rule names are prefixed where they are rules only.
+  EXPECT_EQ(PrefixRules("root ::= \"a b\" [a-z]{1,3} ws # x y\nws ::= [ ]*", "f-"),
+            "f-root ::= \"a b\" [a-z]{1,3} f-ws # x y\nf-ws ::= [ ]*");
+}
+
 TEST_F(Tools, BadToolRequestsAre400WithParam) {
   Client c(server_->port());
   auto expect_400 = [&](const std::string& path, Json body, const std::string& param) {
