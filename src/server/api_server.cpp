@@ -127,6 +127,8 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse), /*turn=*/true));
   get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
   del(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
+  post(R"(/v1/responses/([A-Za-z0-9_\-]+)/cancel)",
+       Wrap("/v1/responses/{id}/cancel", true, bind(&ApiServer::CancelResponse)));
   get(R"(/v1/responses/([A-Za-z0-9_\-]+)/input_items)",
       Wrap("/v1/responses/{id}/input_items", true, bind(&ApiServer::ListInputItems)));
   auto conv = Wrap("/v1/conversations", true, bind(&ApiServer::Conversations));

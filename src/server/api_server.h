@@ -155,6 +155,7 @@ class ApiServer {
   void CreateResponse(const Req& req, Res& res, const std::string& owner);
   void GetResponse(const Req& req, Res& res, const std::string& owner);
   void DeleteResponse(const Req& req, Res& res, const std::string& owner);
+  void CancelResponse(const Req& req, Res& res, const std::string& owner);
   void ListInputItems(const Req& req, Res& res, const std::string& owner);
   void Conversations(const Req& req, Res& res, const std::string& owner);
   void Tokenize(const Req& req, Res& res, const std::string& owner);

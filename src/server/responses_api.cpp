@@ -527,9 +527,27 @@ void ApiServer::GetResponse(const Req& req, Res& res, const std::string& owner) 
   auto r = service_.store()->GetResponse(req.matches[1], owner);
   if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
   if (!r->has_value()) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  // OpenAI streams a stored response's events for background responses only; answering JSON to a
+  // client that reads events left the openai package's retrieve({stream: true}) empty, silently.
+  if (req.has_param("stream") && req.get_param_value("stream") == "true") {
+    return http::SendError(res, http::BadRequest("Only background responses can be streamed again, and mnemo runs "
+                                                 "none (background: true is refused); GET the response without stream",
+                                                 "stream", "unsupported_value"));
+  }
   const StoredResponse& sr = **r;
   http::SendJson(res, ResponseObject(sr, Json::parse(sr.request_json, nullptr, false), Json::parse(sr.output_json, nullptr, false),
                                      Json::parse(sr.usage_json, nullptr, false)));
+}
+
+// POST /v1/responses/{id}/cancel: OpenAI cancels background responses only, and every response
+// here ran in the foreground (a stream is cancelled by closing it).
+void ApiServer::CancelResponse(const Req& req, Res& res, const std::string& owner) {
+  auto r = service_.store()->GetResponse(req.matches[1], owner);
+  if (!r.ok()) return http::SendError(res, StoreFailure(r.error()));
+  if (!r->has_value()) return http::SendError(res, http::NotFound("Response with id '" + std::string(req.matches[1]) + "' not found."));
+  http::SendError(res, http::BadRequest("Only background responses can be cancelled, and mnemo runs none (background: "
+                                        "true is refused); a streamed response is cancelled by closing its stream",
+                                        "", "unsupported_value"));
 }
 
 void ApiServer::DeleteResponse(const Req& req, Res& res, const std::string& owner) {

@@ -119,6 +119,11 @@ TEST(Http, OneKeysObjectsAreNotFoundForAnother) {
   EXPECT_GE(id.size(), 5u + 32u);  // 128 random bits
   EXPECT_EQ(c.Get("/v1/responses/" + id, "k1")->status, 200);
   ExpectError(c.Get("/v1/responses/" + id, "k2"), 404, "other key's response");
+  // Background-only operations: a clear 400 (streaming it again answered JSON to an event reader;
+  // cancel was an unknown route), a 404 for another key's.
+  ExpectError(c.Get("/v1/responses/" + id + "?stream=true", "k1"), 400, "stream a stored response");
+  ExpectError(c.Post("/v1/responses/" + id + "/cancel", "{}", "k1"), 400, "cancel a foreground response");
+  ExpectError(c.Post("/v1/responses/" + id + "/cancel", "{}", "k2"), 404, "cancel another key's response");
   // A chain another key owns is not found, in OpenAI's words (400, code previous_response_not_found).
   auto other = c.Post("/v1/responses", Json{{"input", "x"}, {"previous_response_id", id}}.dump(), "k2");
   ExpectError(other, 400, "other key's chain");
