@@ -422,20 +422,28 @@ std::string ToolHold::Feed(int32_t token, const std::string& text) {
     held_ += control ? tok_->TokenToPiece(token, /*special=*/true) : text;
     return "";
   }
+  auto is_space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
   auto release = [&](size_t n) {
     std::string out = pending_.substr(0, n);
     pending_.erase(0, n);
     released_ += out;
     return out;
   };
+  // The text before a call goes out without the whitespace it ends with, as the whole reply's
+  // parse trims it: what a client streamed and sends back is then what a non-streamed reply said,
+  // and the history renders as generated (with "Let me check.\n" the session forked at the reply).
+  auto release_before_call = [&](size_t n) {
+    while (n > 0 && is_space(pending_[n - 1])) --n;
+    return release(n);
+  };
   if (control) {  // <|python_tag|>, [TOOL_CALLS]: a call follows
-    std::string out = release(pending_.size());
+    std::string out = release_before_call(pending_.size());
     holding_ = true;
-    held_ = tok_->TokenToPiece(token, /*special=*/true);
+    held_ = pending_ + tok_->TokenToPiece(token, /*special=*/true);
+    pending_.clear();
     return out;
   }
   pending_ += text;
-  auto is_space = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; };
   if (released_.find_first_not_of(" \n\t\r") == std::string::npos) {
     // Nothing but whitespace so far: a start opener may still come.
     size_t b = 0;
@@ -457,13 +465,14 @@ std::string ToolHold::Feed(int32_t token, const std::string& text) {
   for (const std::string& o : openers_) {
     const size_t at = pending_.find(o);
     if (at == std::string::npos) continue;
-    std::string out = release(at);
+    std::string out = release_before_call(at);
     holding_ = true;
     held_ = std::move(pending_);
     pending_.clear();
     return out;
   }
-  // Keep back the longest tail that may begin an opener.
+  // Keep back the longest tail that may begin an opener, and the whitespace before it (a call may
+  // follow that).
   size_t keep = 0;
   for (const std::string& o : openers_) {
     for (size_t k = std::min(o.size() - 1, pending_.size()); k > keep; --k) {
@@ -473,6 +482,7 @@ std::string ToolHold::Feed(int32_t token, const std::string& text) {
       }
     }
   }
+  while (keep < pending_.size() && is_space(pending_[pending_.size() - 1 - keep])) ++keep;
   return release(pending_.size() - keep);
 }
 
