@@ -131,6 +131,7 @@ class Automaton {
   bool overflowed();
 
  private:
+  static constexpr int32_t kEmptyStack = 0;  // the empty stack's id: the output is complete
   struct StackNode {
     int32_t pos;     // element to match next; -1 for the empty stack (id 0)
     int32_t parent;  // stack to return to (id), -1 for the empty stack
