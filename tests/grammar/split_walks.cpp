@@ -10,10 +10,14 @@
 
 namespace mnemo::test {
 
+using grammar::Automaton;
+using grammar::Grammar;
 using grammar::Matcher;
 using grammar::MaskHas;
 using grammar::TokenIndex;
 using grammar::TokenMask;
+using grammar::OrderedJson;
+using grammar::SchemaToGrammar;
 
 void ExpectSplitMasksEqual(const std::shared_ptr<grammar::Automaton>& a, const std::shared_ptr<grammar::Automaton>& whole, int walks,
                            const std::function<int(int walk, int cost)>& budget, int unbounded_steps, Rng& rng,
@@ -42,6 +46,27 @@ void ExpectSplitMasksEqual(const std::shared_ptr<grammar::Automaton>& a, const s
       out += idx.piece(t);
     }
   }
+}
+
+std::shared_ptr<Automaton> ExpectSchemaSplitMasksEqual(const OrderedJson& schema, const std::shared_ptr<const TokenIndex>& idx,
+                                                       int walks, const std::function<int(int walk, int cost)>& budget,
+                                                       int unbounded_steps, Rng& rng) {
+  auto text = SchemaToGrammar(schema);
+  EXPECT_TRUE(text.ok()) << text.error().message;
+  if (!text.ok()) return nullptr;
+  auto make = [&]() -> std::shared_ptr<Automaton> {
+    auto g = Grammar::Parse(*text);
+    EXPECT_TRUE(g.ok()) << g.error().message;
+    if (!g.ok()) return nullptr;
+    return std::make_shared<Automaton>(std::make_shared<Grammar>(std::move(*g)), idx);
+  };
+  auto a = make(), whole = make();
+  if (!a || !whole) return nullptr;
+  whole->set_split_masks(false);
+  a->Prepare();  // as the server compiles it: the greedy path's masks and keys built ahead
+  EXPECT_GT(a->stats().masks_computed, 0) << schema.dump();
+  ExpectSplitMasksEqual(a, whole, walks, budget, unbounded_steps, rng, "schema " + schema.dump());
+  return a;
 }
 
 std::shared_ptr<const TokenIndex> LoadIndex(const std::string& file) {

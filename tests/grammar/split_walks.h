@@ -9,6 +9,7 @@
 
 #include "base/rng.h"
 #include "grammar/automaton.h"
+#include "grammar/json_schema.h"
 
 namespace mnemo::test {
 
@@ -20,6 +21,14 @@ namespace mnemo::test {
 void ExpectSplitMasksEqual(const std::shared_ptr<grammar::Automaton>& a, const std::shared_ptr<grammar::Automaton>& whole, int walks,
                            const std::function<int(int walk, int cost)>& budget, int unbounded_steps, Rng& rng,
                            const std::string& what);
+
+// The same for a JSON Schema: its grammar compiled, `a` prepared as the server prepares it
+// (Automaton::Prepare) against an unprepared whole-walk automaton; returns `a` (null when the
+// schema does not compile: a test failure).
+std::shared_ptr<grammar::Automaton> ExpectSchemaSplitMasksEqual(const grammar::OrderedJson& schema,
+                                                                const std::shared_ptr<const grammar::TokenIndex>& idx, int walks,
+                                                                const std::function<int(int walk, int cost)>& budget,
+                                                                int unbounded_steps, Rng& rng);
 
 // The token index of a vocabulary under shared/models (e.g. "vocab/ggml-vocab-llama-spm.gguf"), or
 // null when it cannot be read.
