@@ -421,6 +421,10 @@ ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::stri
   if (prev_id && conv_id) {
     return http::BadRequest("'previous_response_id' and 'conversation' cannot be used together", "conversation", "invalid_value");
   }
+  // Nothing to answer (the renderer's refusal named `messages`, a member Responses does not have).
+  if (!prev_id && !conv_id && call.input_items.empty() && Absent(body, "instructions")) {
+    return http::BadRequest("'input' must not be empty", "input", "invalid_value");
+  }
   spec.chain = !conv_id;  // a previous_response_id chain (or its first turn)
   spec.instructions = instructions;
   call.stream = BoolOr(body, "stream", false);

@@ -124,6 +124,10 @@ TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
     EXPECT_EQ(j["error"]["param"], "context_management");
     EXPECT_EQ(j["error"]["code"], "unsupported_parameter");
   }
+  j = Post("/v1/responses", {{"input", Json::array()}}, 400);
+  if (j.is_object()) {
+    EXPECT_EQ(j["error"]["param"], "input");
+  }
   j = Post("/v1/chat/completions", {{"messages", msgs}, {"prompt_cache_retention", "forever"}}, 400);
   if (j.is_object()) {
     EXPECT_EQ(j["error"]["param"], "prompt_cache_retention");
