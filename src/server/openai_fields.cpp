@@ -111,6 +111,24 @@ std::optional<ApiError> ParseKnownFields(const Json& body, Endpoint ep, int n_vo
       return BadRequest("'prompt_cache_retention' must be one of in_memory, 24h", "prompt_cache_retention", "invalid_value");
     }
   }
+  // Cache breakpoints and their lifetime: mnemo keeps every session's prefix itself, whatever the
+  // mode (no breakpoint marks, content parts' `prompt_cache_breakpoint` included, change what is kept).
+  if (!Absent(body, "prompt_cache_options")) {
+    const Json& o = body["prompt_cache_options"];
+    if (auto e = CheckFields(o, {{"mode", kString}, {"ttl", kString}})) {
+      e->param = "prompt_cache_options." + e->param;
+      return e;
+    }
+    if (!Absent(o, "mode") && o["mode"] != "implicit" && o["mode"] != "explicit") {
+      return BadRequest("'prompt_cache_options.mode' must be one of implicit, explicit", "prompt_cache_options.mode", "invalid_value");
+    }
+    if (!Absent(o, "ttl") && o["ttl"] != "30m") {
+      return BadRequest("'prompt_cache_options.ttl' must be 30m", "prompt_cache_options.ttl", "invalid_value");
+    }
+  }
+  // Moderation of the input and output: no moderation model runs here, and skipping what the
+  // client asked to be checked would be silent.
+  if (!Absent(body, "moderation")) return Unsupported("moderation", "Moderation ('moderation')");
   // Responses' server-side compaction: ignoring it would let a conversation overflow that the
   // client expected compacted.
   if (ep == Endpoint::kResponses && !Absent(body, "context_management") && !body["context_management"].empty()) {

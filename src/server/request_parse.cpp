@@ -254,6 +254,7 @@ ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& r
                                   {"top_logprobs", kInteger}, {"tools", kArray}, {"tool_choice", kString | kObject},
                                   {"functions", kArray}, {"function_call", kString | kObject},
                                   {"prompt_cache_key", kString}, {"prompt_cache_retention", kString},
+                                  {"prompt_cache_options", kObject}, {"moderation", kObject},
                                   {"safety_identifier", kString},
                                   {"reasoning_effort", kString}, {"verbosity", kString}, {"modalities", kArray},
                                   {"prediction", kObject}, {"audio", kObject}, {"web_search_options", kObject},
@@ -369,6 +370,7 @@ ApiResult<ResponseCall> ParseResponseRequest(ServedModel& model, const std::stri
                                   {"context_relevance", kString}, {"context_keep_last", kInteger},
                                   {"include", kArray}, {"prompt_cache_key", kString},
                                   {"prompt_cache_retention", kString}, {"context_management", kArray},
+                                  {"prompt_cache_options", kObject}, {"moderation", kObject},
                                   {"safety_identifier", kString}, {"background", kBool}, {"stream_options", kObject}, {"top_logprobs", kInteger},
                                   {"max_tool_calls", kInteger}, {"prompt", kObject}, {"grammar", kString}})) {
     return *e;

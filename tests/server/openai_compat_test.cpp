@@ -73,7 +73,9 @@ TEST_F(OpenAiCompat, KnownFieldsWithNeutralValuesAreAccepted) {
                             Json{{"reasoning_effort", "low"}}, Json{{"verbosity", "medium"}},
                             Json{{"modalities", {"text"}}}, Json{{"prediction", nullptr}},
                             Json{{"functions", Json::array()}}, Json{{"function_call", "none"}},
-                            Json{{"audio", nullptr}}, Json{{"prompt_cache_retention", "24h"}}}) {
+                            Json{{"audio", nullptr}}, Json{{"prompt_cache_retention", "24h"}},
+                            Json{{"prompt_cache_options", {{"mode", "explicit"}, {"ttl", "30m"}}}},
+                            Json{{"moderation", nullptr}}}) {
     Json body = {{"messages", msgs}, {"max_tokens", 2}};
     body.update(extra);
     Post("/v1/chat/completions", body, 200);
@@ -82,7 +84,8 @@ TEST_F(OpenAiCompat, KnownFieldsWithNeutralValuesAreAccepted) {
                             Json{{"safety_identifier", "u1"}}, Json{{"background", false}},
                             Json{{"stream_options", Json::object()}}, Json{{"top_logprobs", 0}},
                             Json{{"max_tool_calls", 3}}, Json{{"tool_choice", "none"}},
-                            Json{{"prompt_cache_retention", "in_memory"}}, Json{{"context_management", Json::array()}}}) {
+                            Json{{"prompt_cache_retention", "in_memory"}}, Json{{"context_management", Json::array()}},
+                            Json{{"prompt_cache_options", {{"mode", "implicit"}}}}, Json{{"moderation", nullptr}}}) {
     Json body = {{"input", "Hi"}, {"max_output_tokens", 2}, {"store", false}};
     body.update(extra);
     Post("/v1/responses", body, 200);
@@ -106,6 +109,9 @@ TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
       {{{"logit_bias", {{"1", 101}}}}, "logit_bias"},
       {{{"logit_bias", {{"999999", 1}}}}, "logit_bias"},
       {{{"web_search_options", Json::object()}}, "web_search_options"},
+      {{{"moderation", {{"model", "omni-moderation-latest"}}}}, "moderation"},
+      {{{"prompt_cache_options", {{"mode", "never"}}}}, "prompt_cache_options.mode"},
+      {{{"prompt_cache_options", {{"ttl", "1h"}}}}, "prompt_cache_options.ttl"},
   };
   for (const auto& [extra, param] : chat) {
     Json body = {{"messages", msgs}, {"max_tokens", 2}};
