@@ -86,6 +86,7 @@ std::optional<ApiError> ParseOutputFormat(ServedModel& model, const Json& body, 
     if (api == OutputApi::kChat) {
       param = "response_format";
       if (auto e = FormatGrammar(f, param, /*nested=*/true, &text)) return e;
+      if (f["type"] == "json_schema") param = "response_format.json_schema.schema";
     } else {
       if (!f.is_object()) return Invalid("'text' must be an object", "text", "invalid_type");
       for (auto it = f.begin(); it != f.end(); ++it) {
@@ -97,6 +98,7 @@ std::optional<ApiError> ParseOutputFormat(ServedModel& model, const Json& body, 
       if (f.contains("format") && !f["format"].is_null()) {
         param = "text.format";
         if (auto e = FormatGrammar(f["format"], param, /*nested=*/false, &text)) return e;
+        if (f["format"]["type"] == "json_schema") param = "text.format.schema";
         if (echo) *echo = Json::parse(f["format"].dump());
       }
     }

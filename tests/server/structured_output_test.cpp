@@ -165,6 +165,11 @@ TEST_F(StructuredOutput, UnsupportedFormatsAreClear400s) {
       {"/v1/responses", R"({"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "properties": {"a": {"not": {"type": "null"}}}}}}})",
        "text.format.schema"},
       {"/v1/responses", R"({"input": "Hi", "text": {"colour": "red"}})", "text.colour"},
+      // Schemas whose grammar is refused (a rule that never ends, left recursion through $ref).
+      {"/v1/chat/completions", R"({"messages": MSGS, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}}})",
+       "response_format.json_schema.schema"},
+      {"/v1/responses", R"({"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"}}}})",
+       "text.format.schema"},
   };
   for (const auto& k : cases) {
     std::string text = k.body;
