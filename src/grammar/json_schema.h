@@ -6,7 +6,11 @@
 //   - object: properties in the schema's order (required ones always, optional ones may be left
 //     out), never properties beyond `properties` (whatever additionalProperties says); with no
 //     properties, additionalProperties: false gives {} and a schema gives a map of such values;
-//   - array: items, minItems, maxItems;
+//     propertyNames listing names (enum / const of strings, or none: zod's z.record(z.enum(...)))
+//     gives those names as properties (their `properties` schema, else additionalProperties);
+//   - array: items, minItems, maxItems; tuples (prefixItems then items, or draft-07's items array
+//     then additionalItems) in order, positions past minItems optional, items past the prefix from
+//     the rest schema (absent or true: only as many json values as minItems needs);
 //   - string: minLength, maxLength (code points; an escape is one), all JSON escapes except lone
 //     surrogates (\uD800-\uDFFF: a JSON parser refuses them); pattern (an ECMA-262 subset) and
 //     format (date-time, date, time, duration, email, hostname, ipv4, ipv6, uuid, uri), each with
@@ -14,20 +18,24 @@
 //     enum's or a const's strings must satisfy them;
 //   - integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum exactly, as decimal digit-range
 //     alternatives (zod's +-(2^53-1) cost ~16 alternatives per digit count, not 2^53); bounds past
-//     +-(10^18 - 1) are clamped to it;
+//     +-(10^18 - 1) are clamped to it; multipleOf exactly (read as the decimal the client wrote):
+//     a list when the bounds hold at most 256 multiples, else the remainder automaton of m <= 10000
+//     intersected with the digit ranges (at most 2,000 rules);
 //   - number: the same bounds, rounded inward to integers (a fraction is allowed strictly between
-//     them; no exponent when bounded);
+//     them; no exponent when bounded); multipleOf an integer gives its integer multiples, 10^-k at
+//     most k fraction digits (no exponent), other fractions are refused;
 //   - annotations ($schema, $id, title, description, default, examples, unknown formats, ...) are
 //     ignored.
-// Keywords that constrain values in ways a grammar here cannot honour (multipleOf,
-// uniqueItems, not, if/then/else, prefixItems, min/maxProperties, ...) are errors naming the
-// keyword and its JSON pointer in the schema.
+// Keywords that constrain values in ways a grammar here cannot honour (uniqueItems, not,
+// if/then/else, contains, min/maxProperties, ...) are errors naming the keyword and its JSON
+// pointer in the schema.
 //
 // Compose grammars (a tool-call grammar wraps several schemas): create one SchemaCompiler, Add()
 // each schema under its own rule name, write the rules that reference them, and join Text().
 #pragma once
 
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -54,8 +62,14 @@ class SchemaCompiler {
   Result<std::string> TypeExpr(const std::string& type, const OrderedJson& s, const std::string& path);
   Result<std::string> ObjectExpr(const OrderedJson& s, const std::string& path);
   Result<std::string> ArrayExpr(const OrderedJson& s, const std::string& path);
+  // The tuple `list` (prefixItems or draft-07's items array, at `path`), then `rest` (an item
+  // expression) past it.
+  Result<std::string> TupleExpr(const OrderedJson& list, const std::string& path, const std::string& rest, bool rest_none, bool rest_given,
+                                int64_t min, int64_t max);
   Result<std::string> StringExpr(const OrderedJson& s, const std::string& path);
   Result<std::string> NumberExpr(const OrderedJson& s, const std::string& path, bool integer);
+  // The multiples of m within [lo, hi] (absent: the +-(10^18 - 1) clamp); errors name `path`.
+  Result<std::string> MultipleExpr(std::optional<int64_t> lo, std::optional<int64_t> hi, uint64_t m, const std::string& path);
   Result<std::string> RefRule(const std::string& ref, const std::string& path);
   // A string schema's `format` and `pattern` with its length bounds (json_regex.h).
   Result<std::string> PatternExpr(const OrderedJson& s, const std::string& path, int64_t min, int64_t max);

@@ -125,6 +125,54 @@ TEST(IntegerRange, ExactlyTheIntegersWithinBounds) {
   for (int64_t v : {big + 1, nbig - 1, big * 10}) EXPECT_FALSE(Accepts(*a, std::to_string(v))) << v;
 }
 
+// multipleOf (json_schema.h): exactly the multiples within the bounds, whether the bounds are
+// multiples or not, as a list (few multiples) or the remainder automaton (many).
+TEST(MultipleOf, ExactlyTheMultiplesWithinBounds) {
+  auto idx = ByteVocab();
+  auto make = [&](const char* schema) {
+    auto text = SchemaToGrammar(OrderedJson::parse(schema));
+    EXPECT_TRUE(text.ok()) << schema << ": " << (text.ok() ? "" : text.error().message);
+    return text.ok() ? Make(*text, idx) : nullptr;
+  };
+  for (int64_t m : {1, 2, 3, 7, 12, 25, 40, 1000}) {
+    for (auto [lo, hi] : {std::pair<int64_t, int64_t>{-20, 103}, {-2999, 3001}, {0, 2000}, {-1000, -7}, {13, 14}}) {
+      const std::string schema = R"({"type": "integer", "multipleOf": )" + std::to_string(m) + R"(, "minimum": )" + std::to_string(lo) +
+                                 R"(, "maximum": )" + std::to_string(hi) + "}";
+      auto r = SchemaToGrammar(OrderedJson::parse(schema));
+      const int64_t first = lo >= 0 ? (lo + m - 1) / m * m : -(-lo / m * m);
+      if (first > hi) {
+        EXPECT_FALSE(r.ok()) << schema;
+        continue;
+      }
+      auto a = make(schema.c_str());
+      ASSERT_TRUE(a);
+      for (int64_t v = -3100; v <= 3100; ++v) ASSERT_EQ(Accepts(*a, std::to_string(v)), v % m == 0 && v >= lo && v <= hi) << v << " " << schema;
+      for (const char* bad : {"-0", "00", "007", "+7", "", "-", "7.0"}) ASSERT_FALSE(Accepts(*a, bad)) << bad;
+    }
+  }
+  // Unbounded (the +-(10^18 - 1) clamp), zod's safe-integer bounds, fractions on integers.
+  auto seven = make(R"({"type": "integer", "multipleOf": 7})");
+  for (int64_t v : {int64_t{0}, int64_t{-7}, int64_t{7} * 123456789012345, int64_t{999999999999999995}})
+    EXPECT_EQ(Accepts(*seven, std::to_string(v)), v % 7 == 0) << v;
+  EXPECT_FALSE(Accepts(*seven, "1000000000000000004"));  // 19 digits: past the clamp
+  auto five = make(R"({"type": "integer", "multipleOf": 5, "minimum": -9007199254740991, "maximum": 9007199254740991})");
+  for (const char* v : {"9007199254740990", "-9007199254740990", "0", "-5", "1234567890"}) EXPECT_TRUE(Accepts(*five, v)) << v;
+  for (const char* v : {"9007199254740995", "9007199254740991", "-3", "12"}) EXPECT_FALSE(Accepts(*five, v)) << v;
+  auto half = make(R"({"type": "integer", "multipleOf": 2.5})");  // integers: multiples of 5
+  EXPECT_TRUE(Accepts(*half, "15"));
+  EXPECT_FALSE(Accepts(*half, "12"));
+  // Numbers: 10^-k is at most k fraction digits and no exponent; an integer m gives integers.
+  auto cents = make(R"({"type": "number", "multipleOf": 0.01, "minimum": -2.5, "maximum": 10})");
+  for (const char* v : {"0", "-2", "9.99", "1.5", "-1.25", "10"}) EXPECT_TRUE(Accepts(*cents, v)) << v;
+  for (const char* v : {"1.255", "10.5", "1e1", "-3", "11"}) EXPECT_FALSE(Accepts(*cents, v)) << v;
+  auto tenths = make(R"({"type": "number", "multipleOf": 0.1})");
+  for (const char* v : {"-123.4", "7", "0.1"}) EXPECT_TRUE(Accepts(*tenths, v)) << v;
+  for (const char* v : {"0.11", "1e5", "1.0e1"}) EXPECT_FALSE(Accepts(*tenths, v)) << v;
+  auto threes = make(R"({"type": "number", "multipleOf": 3, "minimum": 0.5, "maximum": 10})");
+  for (const char* v : {"3", "6", "9"}) EXPECT_TRUE(Accepts(*threes, v)) << v;
+  for (const char* v : {"0", "3.0", "12", "4"}) EXPECT_FALSE(Accepts(*threes, v)) << v;
+}
+
 // A toy vocabulary: all strings of length 1..3 over a small alphabet, plus multi-byte UTF-8 split
 // across tokens, plus EOS.
 std::shared_ptr<const TokenIndex> ToyVocab(int32_t* eos) {

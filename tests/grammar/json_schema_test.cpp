@@ -58,11 +58,49 @@ const std::vector<J>& Schemas() {
   return schemas;
 }
 
-void CheckWalks(const std::string& vocab_file, int walks_per_schema, int budget) {
+// multipleOf, tuples and records of an enum's keys, as zod 4 and pydantic write them.
+const std::vector<J>& KeywordSchemas() {
+  static const std::vector<J> schemas = {
+      J::parse(R"({"type": "object", "properties": {
+        "few": {"type": "integer", "multipleOf": 7, "minimum": -20, "maximum": 103},
+        "five": {"type": "integer", "multipleOf": 5, "minimum": -9007199254740991, "maximum": 9007199254740991},
+        "seven": {"type": "integer", "multipleOf": 7},
+        "twelve": {"type": "integer", "multipleOf": 12, "minimum": -1001, "maximum": 100001},
+        "cents": {"type": "number", "multipleOf": 0.01, "minimum": -2.5, "maximum": 10},
+        "step": {"type": "number", "multipleOf": 0.001},
+        "three": {"type": "number", "multipleOf": 3, "exclusiveMaximum": 0},
+        "halves": {"type": "integer", "multipleOf": 2.5, "minimum": -50, "maximum": 5000}},
+        "required": ["few", "five", "seven", "twelve", "cents", "step", "three", "halves"], "additionalProperties": false})"),
+      J::parse(R"({"type": "object", "properties": {
+        "t2020": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 0, "maximum": 5}],
+          "items": false, "minItems": 2, "maxItems": 2},
+        "t7": {"type": "array", "items": [{"type": "string", "maxLength": 3}, {"type": "integer", "minimum": 0, "maximum": 5}],
+          "additionalItems": false, "minItems": 2, "maxItems": 2},
+        "rest": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 2}], "items": {"type": "integer", "minimum": 0, "maximum": 9},
+          "minItems": 1, "maxItems": 4},
+        "rest7": {"type": "array", "items": [{"type": "boolean"}], "additionalItems": {"type": "null"}, "minItems": 1},
+        "opt": {"type": "array", "prefixItems": [{"type": "string", "maxLength": 2}, {"type": "number", "minimum": 0, "maximum": 1},
+          {"type": "boolean"}], "items": false, "minItems": 1, "maxItems": 3},
+        "open": {"type": "array", "prefixItems": [{"type": "boolean"}], "minItems": 2}},
+        "required": ["t2020", "t7", "rest", "rest7", "opt", "open"], "additionalProperties": false})"),
+      J::parse(R"({"type": "object", "properties": {
+        "rec": {"type": "object", "propertyNames": {"type": "string", "enum": ["a", "b"]}, "additionalProperties": {"type": "number"},
+          "required": ["a", "b"]},
+        "partial": {"type": "object", "propertyNames": {"type": "string", "enum": ["x", "y", "z"]},
+          "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "none": {"type": "object", "propertyNames": {"not": {}}, "additionalProperties": {"type": "number"}},
+        "mixed": {"type": "object", "propertyNames": {"enum": ["p", "q"]}, "properties": {"p": {"type": "boolean"}, "r": {"type": "null"}},
+          "additionalProperties": {"type": "string", "maxLength": 2}, "required": ["p"]}},
+        "required": ["rec", "partial", "none", "mixed"], "additionalProperties": false})"),
+  };
+  return schemas;
+}
+
+void CheckWalks(const std::string& vocab_file, int walks_per_schema, int budget, const std::vector<J>& schemas = Schemas()) {
   auto idx = LoadIndex(vocab_file);
   ASSERT_TRUE(idx) << vocab_file;
   Rng rng(42);
-  for (const J& schema : Schemas()) {
+  for (const J& schema : schemas) {
     auto text = SchemaToGrammar(schema);
     ASSERT_TRUE(text.ok()) << text.error().message;
     auto g = Grammar::Parse(*text);
@@ -84,6 +122,8 @@ void CheckWalks(const std::string& vocab_file, int walks_per_schema, int budget)
 TEST(JsonSchema, RandomWalksValidateStories260K) { CheckWalks("stories260K/stories260K.gguf", 40, 160); }
 TEST(JsonSchema, RandomWalksValidateLlamaSpm32k) { CheckWalks("vocab/ggml-vocab-llama-spm.gguf", 6, 120); }
 TEST(JsonSchema, RandomWalksValidateGpt2) { CheckWalks("vocab/ggml-vocab-gpt-2.gguf", 6, 120); }
+TEST(JsonSchema, KeywordWalksValidateStories260K) { CheckWalks("stories260K/stories260K.gguf", 30, 400, KeywordSchemas()); }
+TEST(JsonSchema, KeywordWalksValidateGpt2) { CheckWalks("vocab/ggml-vocab-gpt-2.gguf", 6, 300, KeywordSchemas()); }
 
 // Per-element masks (automaton.h) against whole walks of every new state, on real vocabularies
 // and schemas with bounded strings, numbers and arrays: equal masks at every step, with budgets
@@ -92,6 +132,7 @@ void CheckSplitMasks(const std::string& vocab_file, int walks_per_schema, uint64
   auto idx = LoadIndex(vocab_file);
   ASSERT_TRUE(idx) << vocab_file;
   std::vector<J> schemas = Schemas();
+  schemas.insert(schemas.end(), KeywordSchemas().begin(), KeywordSchemas().end());
   schemas.push_back(J::parse(R"({"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
     "id": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
@@ -151,8 +192,27 @@ TEST(JsonSchema, UnsupportedKeywordsNameTheirLocation) {
   EXPECT_EQ(err(R"({"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {"type": "integer"}})"), "ok");
   EXPECT_EQ(err(R"({"type": "object", "propertyNames": {}})"), "ok");
   EXPECT_NE(err(R"({"type": "object", "propertyNames": {"type": "string", "maxLength": 3}})").find("'/propertyNames'"), std::string::npos);
-  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"enum": ["a"]}})").find("'/propertyNames'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"enum": ["a"], "maxLength": 3}})").find("'/propertyNames'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"enum": ["a", 1]}})").find("'/propertyNames'"), std::string::npos);
+  EXPECT_EQ(err(R"({"type": "object", "propertyNames": {"enum": []}})"), "ok");
+  EXPECT_NE(err(R"({"type": "object", "propertyNames": {"enum": ["a"]}, "required": ["b"]})").find("'/required'"), std::string::npos);
+  // multipleOf: what is not generated exactly is a 400 naming the keyword.
+  EXPECT_NE(err(R"({"type": "number", "multipleOf": 0.25})").find("'/multipleOf'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "integer", "multipleOf": 0})").find("'/multipleOf'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "integer", "multipleOf": -5})").find("'/multipleOf'"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "integer", "multipleOf": 10007})").find("'/multipleOf'"), std::string::npos);
+  EXPECT_EQ(err(R"({"type": "integer", "multipleOf": 10007, "minimum": 0, "maximum": 1000000})"), "ok");  // 100 multiples: a list
+  EXPECT_NE(err(R"({"type": "integer", "multipleOf": 7, "minimum": 1, "maximum": 6})").find("no multiple of 7"), std::string::npos);
+  EXPECT_NE(err(R"({"properties": {"n": {"type": "integer", "multipleOf": 9973}}})").find("'/properties/n/multipleOf'"), std::string::npos);
+  for (int m : {5, 12, 97, 100, 4096}) {
+    const std::string safe = R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991, "multipleOf": )";
+    EXPECT_EQ(err((safe + std::to_string(m) + "}").c_str()), "ok") << m;
+  }
+  // Tuples: minItems past a closed tuple.
+  EXPECT_NE(err(R"({"type": "array", "prefixItems": [{}], "items": false, "minItems": 2})").find("minItems"), std::string::npos);
+  EXPECT_NE(err(R"({"type": "array", "items": false, "minItems": 1})").find("minItems"), std::string::npos);
 }
 
 }  // namespace
 }  // namespace mnemo::grammar
+

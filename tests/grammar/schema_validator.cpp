@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <regex>
 #include <vector>
@@ -180,6 +181,43 @@ bool IsUri(const std::string& s) {
   return true;
 }
 
+// A JSON number as exact decimal digits and a count of fraction digits: integers as written, a
+// double as its shortest round-trip text (what the output wrote, when it had at most 17
+// significant digits; past that a double has no fraction digits left to check).
+std::pair<std::string, int> DecimalOf(const J& v) {
+  std::string t;
+  if (v.is_number_unsigned()) t = std::to_string(v.get<uint64_t>());
+  else if (v.is_number_integer()) t = std::to_string(v.get<int64_t>());
+  else {
+    char buf[400];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v.get<double>(), std::chars_format::fixed);
+    t.assign(buf, end);
+  }
+  if (!t.empty() && t[0] == '-') t.erase(0, 1);
+  int k = 0;
+  if (const size_t dot = t.find('.'); dot != std::string::npos) {
+    k = static_cast<int>(t.size() - dot - 1);
+    t.erase(dot, 1);
+  }
+  return {t, k};
+}
+
+// Whether x is an integer multiple of m, in exact decimal arithmetic: with both scaled to the
+// same fraction digits, X mod M == 0.
+bool IsMultiple(const J& x, const J& m) {
+  auto [xd, xk] = DecimalOf(x);
+  auto [md, mk] = DecimalOf(m);
+  const int k = std::max(xk, mk);
+  xd += std::string(static_cast<size_t>(k - xk), '0');
+  md += std::string(static_cast<size_t>(k - mk), '0');
+  md = md.substr(std::min(md.find_first_not_of('0'), md.size()));
+  if (md.empty() || md.size() > 36) return false;
+  unsigned __int128 mod = 0, r = 0;
+  for (char c : md) mod = mod * 10 + static_cast<unsigned>(c - '0');
+  for (char c : xd) r = (r * 10 + static_cast<unsigned>(c - '0')) % mod;
+  return r == 0;
+}
+
 std::wstring Wide(const std::string& utf8) {
   std::wstring w;
   for (uint32_t c : DecodeUtf8Lenient(utf8)) w += static_cast<wchar_t>(c);
@@ -208,6 +246,7 @@ bool PatternMatches(const std::string& pattern, const std::string& v) {
 
 std::string Validate(const J& s, const J& v, const J& root) {
   if (s.is_boolean()) return s.get<bool>() ? "" : "false schema";
+  if (s.contains("not") && Validate(s["not"], v, root).empty()) return "matches not: " + v.dump();
   if (s.contains("$ref")) {
     const std::string ref = s["$ref"].get<std::string>();
     return Validate(root.at(J::json_pointer(ref.substr(1))), v, root);
@@ -252,15 +291,22 @@ std::string Validate(const J& s, const J& v, const J& root) {
     if (s.contains("maximum") && x > s["maximum"].get<double>()) return "above maximum: " + v.dump();
     if (s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_number() && x <= s["exclusiveMinimum"].get<double>()) return "not above exclusiveMinimum: " + v.dump();
     if (s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_number() && x >= s["exclusiveMaximum"].get<double>()) return "not below exclusiveMaximum: " + v.dump();
+    if (s.contains("multipleOf") && !IsMultiple(v, s["multipleOf"])) return "not a multiple of " + s["multipleOf"].dump() + ": " + v.dump();
   }
   if (v.is_array()) {
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return "fewer than minItems: " + v.dump();
     if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return "more than maxItems: " + v.dump();
-    if (s.contains("items"))
-      for (const auto& x : v) {
-        std::string e = Validate(s["items"], x, root);
-        if (!e.empty()) return "item: " + e;
-      }
+    // Tuples: prefixItems then items (2020-12), or items as an array then additionalItems (draft-07).
+    const bool draft7 = !s.contains("prefixItems") && s.contains("items") && s["items"].is_array();
+    const J* prefix = draft7 ? &s["items"] : s.contains("prefixItems") ? &s["prefixItems"] : nullptr;
+    const char* rest_key = draft7 ? "additionalItems" : "items";
+    const J* rest = s.contains(rest_key) ? &s[rest_key] : nullptr;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const J* item = prefix && i < prefix->size() ? &(*prefix)[i] : rest;
+      if (!item) continue;
+      std::string e = Validate(*item, v[i], root);
+      if (!e.empty()) return "item " + std::to_string(i) + ": " + e;
+    }
   }
   if (v.is_object()) {
     if (s.contains("required"))
@@ -268,6 +314,10 @@ std::string Validate(const J& s, const J& v, const J& root) {
         if (!v.contains(r.get<std::string>())) return "missing required " + r.dump() + " in " + v.dump();
     const J props = s.value("properties", J::object());
     for (auto it = v.begin(); it != v.end(); ++it) {
+      if (s.contains("propertyNames")) {
+        std::string e = Validate(s["propertyNames"], J(it.key()), root);
+        if (!e.empty()) return "property name " + it.key() + ": " + e;
+      }
       if (props.contains(it.key())) {
         std::string e = Validate(props[it.key()], it.value(), root);
         if (!e.empty()) return "property " + it.key() + ": " + e;
