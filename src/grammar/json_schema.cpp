@@ -486,7 +486,8 @@ Result<std::string> SchemaCompiler::Visit(const OrderedJson& s, const std::strin
     } else {
       return Unsupported(path + "/type", "type must be a string or an array of strings");
     }
-  } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+  } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties") ||
+             (s.contains("propertyNames") && !AnyPropertyName(s["propertyNames"]))) {
     types.push_back("object");
   } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
     types.push_back("array");

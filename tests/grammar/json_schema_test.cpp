@@ -89,9 +89,10 @@ const std::vector<J>& KeywordSchemas() {
         "partial": {"type": "object", "propertyNames": {"type": "string", "enum": ["x", "y", "z"]},
           "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}},
         "none": {"type": "object", "propertyNames": {"not": {}}, "additionalProperties": {"type": "number"}},
+        "untyped": {"propertyNames": {"const": "k"}},
         "mixed": {"type": "object", "propertyNames": {"enum": ["p", "q"]}, "properties": {"p": {"type": "boolean"}, "r": {"type": "null"}},
           "additionalProperties": {"type": "string", "maxLength": 2}, "required": ["p"]}},
-        "required": ["rec", "partial", "none", "mixed"], "additionalProperties": false})"),
+        "required": ["rec", "partial", "none", "untyped", "mixed"], "additionalProperties": false})"),
   };
   return schemas;
 }
