@@ -717,7 +717,7 @@ Status Engine::Admit(TurnRequest req, const std::shared_ptr<TurnHandle>& handle,
   r->prompt_len = static_cast<int>(r->seq.size());
   r->sampler.emplace(req.sampling, model_.config().vocab_size);
   r->decoder.emplace(tok_, r->seq.back());
-  r->stop.emplace(req.stop);
+  r->stop.emplace(req.stop, req.call_start);
   r->req = std::move(req);
   r->handle = handle;
   r->submitted = r->queued_at = submitted;

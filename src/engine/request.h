@@ -16,6 +16,7 @@
 #include "grammar/automaton.h"
 #include "kv/cache_manager.h"
 #include "sampling/sampler.h"
+#include "sampling/stop.h"
 
 namespace mnemo {
 
@@ -26,6 +27,7 @@ struct TurnRequest {
   int min_tokens = 0;                // EOS / stop tokens are ignored before this many
   SamplingParams sampling;           // validated by Submit
   std::vector<std::string> stop;     // stop strings (not emitted)
+  CallStart call_start;              // where a tool call begins: stop strings do not apply from there
   std::vector<int32_t> stop_tokens;  // extra stop token ids
   bool ignore_eos = false;           // keep going past end-of-generation tokens
   bool keep_stop_token = false;      // append a sampled stop token to the session log

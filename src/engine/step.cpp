@@ -554,6 +554,9 @@ bool Engine::EmitToken(Running& r, int32_t id, double now) {
   ev.token = id;
   ev.logprobs = std::move(r.logprobs);
   r.logprobs.reset();
+  // A call's control token (<|python_tag|>, [TOOL_CALLS]) shows no text: the stop matcher learns
+  // of it here.
+  if (r.req.call_start.control_token && tok_.IsControl(id)) r.stop->Lift();
   auto out = r.stop->Push(r.decoder->Push(id));
   ev.text = out.text;
   r.result.text += out.text;

@@ -36,7 +36,8 @@ Result<StopMatcher> StopMatcher::Create(std::vector<std::string> stops) {
   return StopMatcher(std::move(stops));
 }
 
-StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopMatcher::StopMatcher(std::vector<std::string> stops, CallStart call_start)
+    : stops_(std::move(stops)), call_start_(std::move(call_start)) {
   Status st = Validate(stops_);
   MNEMO_CHECK_MSG(st.ok(), st.error().message);
   for (const std::string& s : stops_) {
@@ -50,6 +51,33 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stop
     fail_.push_back(std::move(fail));
   }
   state_.assign(stops_.size(), 0);
+  start_done_ = call_start_.at_start.empty();
+}
+
+void StopMatcher::Lift() {
+  lifted_ = true;
+  std::fill(state_.begin(), state_.end(), 0);
+}
+
+bool StopMatcher::OpensCall(char c) {
+  if (!call_start_.anywhere.empty()) {
+    size_t longest = 0;
+    for (const std::string& o : call_start_.anywhere) longest = std::max(longest, o.size());
+    tail_ += c;
+    if (tail_.size() > longest) tail_.erase(0, tail_.size() - longest);
+    for (const std::string& o : call_start_.anywhere) {
+      if (tail_.size() >= o.size() && tail_.compare(tail_.size() - o.size(), o.size(), o) == 0) return true;
+    }
+  }
+  if (!start_done_ && !(start_.empty() && (c == ' ' || c == '\n' || c == '\t' || c == '\r'))) {
+    start_ += c;
+    start_done_ = true;
+    for (const std::string& o : call_start_.at_start) {
+      if (o == start_) return true;
+      if (o.size() > start_.size() && o.compare(0, start_.size(), start_) == 0) start_done_ = false;
+    }
+  }
+  return false;
 }
 
 StopMatcher::Output StopMatcher::Push(std::string_view piece) {
@@ -58,8 +86,12 @@ StopMatcher::Output StopMatcher::Push(std::string_view piece) {
   pending_.append(piece);
   // Advance every stop's automaton byte by byte; the first byte that completes a stop ends the
   // stream there (the smallest end offset). Several completing at once: the longest wins.
-  for (size_t i = base; i < pending_.size(); ++i) {
+  for (size_t i = base; i < pending_.size() && !lifted_; ++i) {
     const char c = pending_[i];
+    if (OpensCall(c)) {
+      Lift();
+      break;
+    }
     size_t hit = stops_.size();
     for (size_t j = 0; j < stops_.size(); ++j) {
       const std::string& s = stops_[j];

@@ -10,6 +10,10 @@
 // When several stop strings occur, the one that completes first (smallest end offset) wins; on a
 // tie the longest (earliest start) wins. So stops {"abcd", "bc"} on "abcd" stop at "a".
 //
+// A CallStart lifts the stops where a tool call begins (tools under auto): from a call opener on
+// the text passes through unmatched, so that a stop such as "\n" cannot cut the call's syntax.
+// A stop string that ends before the opener completes still stops there.
+//
 // Threading: owned by one request, one thread at a time.
 #pragma once
 
@@ -22,6 +26,13 @@
 
 namespace mnemo {
 
+// Where a tool call begins in a reply: stop strings do not apply from there on.
+struct CallStart {
+  std::vector<std::string> anywhere;  // opens a call wherever it occurs ("<tool_call>")
+  std::vector<std::string> at_start;  // opens a call as the reply's first non-whitespace text ("{")
+  bool control_token = false;         // a control token that does not end generation opens a call
+};
+
 class StopMatcher {
  public:
   static constexpr size_t kMaxStops = 4;  // OpenAI's limit on `stop`
@@ -30,7 +41,7 @@ class StopMatcher {
   static Status Validate(const std::vector<std::string>& stops);
   static Result<StopMatcher> Create(std::vector<std::string> stops);
   // `stops` must pass Validate() (checked). No stops: text passes through (UTF-8 hold-back only).
-  explicit StopMatcher(std::vector<std::string> stops);
+  explicit StopMatcher(std::vector<std::string> stops, CallStart call_start = {});
 
   struct Output {
     std::string text;      // safe to emit now; may be empty
@@ -45,16 +56,30 @@ class StopMatcher {
   // continue as if on a fresh stream.
   std::string Flush();
 
+  // A call has begun (a CallStart control token, seen by the caller): stops no longer apply, and
+  // the text held back for them goes out with the next Push.
+  void Lift();
+  bool lifted() const { return lifted_; }
+
   bool stopped() const { return stopped_; }
   // Bytes currently held back.
   size_t held() const { return pending_.size(); }
 
  private:
+  // Feeds one byte to the CallStart watch: true when it completes a call opener.
+  bool OpensCall(char c);
+
   std::vector<std::string> stops_;
   std::vector<std::vector<int32_t>> fail_;  // [stop][len] KMP failure function of each stop
   std::vector<int32_t> state_;  // [stop] longest prefix of the stop that is a suffix of the stream
   std::string pending_;         // held-back tail of the stream; no stop string occurs in it
   bool stopped_ = false;
+  CallStart call_start_;
+  std::string tail_;          // the stream's last bytes, as many as the longest `anywhere` opener
+  std::string start_;         // the stream's text from its first non-whitespace byte, while it may
+                              // still be an `at_start` opener
+  bool start_done_ = false;   // `start_` can no longer become an at_start opener
+  bool lifted_ = false;
 };
 
 }  // namespace mnemo

@@ -326,6 +326,9 @@ std::optional<ApiError> ApplyTools(ServedModel& model, const ToolRequest& tools,
     }
   }
   const bool forced = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed;
+  // Under auto, stop strings apply to the text but not from a call's opener on: a stop such as
+  // LangChain's "\n" would cut the call, which then parses as nothing.
+  if (tools.choice == ToolChoice::kAuto && tools.parse()) spec->request.call_start = CallOpeners(f);
   if (tools.choice == ToolChoice::kAuto && !tools.tools.empty() && !format_text.empty()) {
     // Calls or the format's JSON: OpenAI's agents answer in the format after their calls; a
     // format grammar alone would never let a call out.
@@ -365,6 +368,14 @@ ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_
   }
   if (!out.calls.empty()) {
     out.content = p.content;
+    // The parse trims the text around the calls; the reply's leading whitespace stays with text
+    // (ToolHold streams it before it can know a call follows): streamed and whole replies agree,
+    // and a client sending either back continues the session.
+    const size_t lead = raw.find_first_not_of(" \n\t\r");
+    if (!out.content.empty() && lead != std::string_view::npos && lead > 0 &&
+        raw.substr(lead, out.content.size()) == out.content) {
+      out.content.insert(0, raw.substr(0, lead));
+    }
   } else if (p.calls.empty() && p.content.size() != raw.size()) {
     out.content = p.content;  // cut-off markup dropped
   }  // else every call named a tool not offered (or not allowed): the reply stays text, calls included
@@ -390,6 +401,24 @@ ToolReply ExtractToolCalls(const ServedModel& model, const ToolRequest& tools, c
   return ToolReplyFromText(DetectToolFormat(model.chat_template()), tools, raw);
 }
 
+CallStart CallOpeners(ToolFormat f) {
+  CallStart o;
+  o.control_token = true;  // <|python_tag|>, [TOOL_CALLS] where the vocab marks them as control
+  switch (f) {
+    case ToolFormat::kHermes:
+    case ToolFormat::kGeneric: o.anywhere = {"<tool_call>"}; break;
+    case ToolFormat::kLlama3:
+      o.at_start = {"{"};
+      o.anywhere = {"<|python_tag|>"};  // a tokenizer that does not mark it as control
+      break;
+    case ToolFormat::kMistral:
+      o.at_start = {"["};
+      o.anywhere = {"[TOOL_CALLS]"};
+      break;
+  }
+  return o;
+}
+
 ToolHold::ToolHold(const ServedModel& model, const ToolRequest& tools) : tok_(&model.tokenizer()), tools_(&tools) {
   if (!tools.parse()) return;
   active_ = true;
@@ -398,18 +427,9 @@ ToolHold::ToolHold(const ServedModel& model, const ToolRequest& tools) : tok_(&m
     holding_ = true;
     return;
   }
-  switch (format_) {
-    case ToolFormat::kHermes:
-    case ToolFormat::kGeneric: openers_ = {"<tool_call>"}; break;
-    case ToolFormat::kLlama3:
-      start_openers_ = {"{"};
-      openers_ = {"<|python_tag|>"};  // a tokenizer that does not mark it as control
-      break;
-    case ToolFormat::kMistral:
-      start_openers_ = {"["};
-      openers_ = {"[TOOL_CALLS]"};
-      break;
-  }
+  CallStart o = CallOpeners(format_);
+  start_openers_ = std::move(o.at_start);
+  openers_ = std::move(o.anywhere);
 }
 
 std::string ToolHold::Feed(int32_t token, const std::string& text) {

@@ -90,6 +90,11 @@ ToolReply ExtractToolCalls(const ServedModel& model, const ToolRequest& tools, c
 // The same from the reply's text with control tokens written out.
 ToolReply ToolReplyFromText(ToolFormat f, const ToolRequest& tools, std::string_view raw);
 
+// Where a call begins in format f under auto (what ToolHold and the stop strings look for): "<tool_call>"
+// anywhere; for Llama 3 and Mistral "{" / "[" at the start and <|python_tag|> / [TOOL_CALLS]
+// anywhere; a control token anywhere.
+CallStart CallOpeners(ToolFormat f);
+
 // Streaming under auto: which generated text may go out as content at once. Text is released as
 // it comes, except a tail that may still become a call opener in the template's format
 // ("<tool_call>" anywhere; "{" / "[" only at the start after whitespace; the control tokens

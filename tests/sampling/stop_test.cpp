@@ -194,5 +194,33 @@ TEST(StopMatcher, RandomSplitsMatchWholeTextReference) {
   }
 }
 
+// Under tools with tool_choice auto, stops apply to the text before a call and not from the call's
+// opener on, however the stream is cut into pieces.
+TEST(StopMatcher, CallStartLiftsTheStops) {
+  CallStart hermes{{"<tool_call>"}, {}, true};
+  const std::string call = "<tool_call>\n{\"name\": \"f\"}\n</tool_call>";
+  for (size_t cut = 0; cut <= call.size(); ++cut) {
+    StopMatcher m({"\n", "}"}, hermes);
+    std::string out = m.Push("Sure. " + call.substr(0, cut)).text;
+    StopMatcher::Output o = m.Push(call.substr(cut));
+    EXPECT_FALSE(o.stopped) << cut;
+    EXPECT_EQ(out + o.text + m.Flush(), "Sure. " + call) << cut;
+  }
+  // Text before the call still stops.
+  StopMatcher before({"\n"}, hermes);
+  EXPECT_EQ(before.Push("Sure.\n" + call), (StopMatcher::Output{"Sure.", true}));
+  // At the start only: "{" after leading whitespace opens a call, later it does not.
+  CallStart llama{{"<|python_tag|>"}, {"{"}, true};
+  StopMatcher first({"\n"}, llama);
+  EXPECT_EQ(first.Push(" {\"a\":\n1}").text + first.Flush(), " {\"a\":\n1}");
+  StopMatcher later({"\n"}, llama);
+  EXPECT_EQ(later.Push("x {\"a\":\n1}"), (StopMatcher::Output{"x {\"a\":", true}));
+  // A control token seen by the caller lifts them too, releasing what was held for them.
+  StopMatcher control({"ab"}, llama);
+  EXPECT_EQ(control.Push("xa").text, "x");
+  control.Lift();
+  EXPECT_EQ(control.Push("b").text, "ab");
+}
+
 }  // namespace
 }  // namespace mnemo

@@ -383,6 +383,30 @@ TEST_F(Tools, AutoFindsACallAfterText) {
   EXPECT_EQ(name, "get_time");
   EXPECT_EQ(args, "{\"zone\": \"UTC\"}");
   EXPECT_EQ(r[0]["choices"][0]["delta"]["role"], "assistant") << r.dump();
+  // Under auto a stop applies to the text before a call, not inside the call's syntax ("\n" there
+  // cut every call: LangChain agents send it); a reply that starts with whitespace keeps it as
+  // content, streamed and whole alike (the stream sent it, the whole reply trimmed it).
+  Json stops = body;
+  stops.erase("stream");
+  stops["stop"] = Json::array({"\n"});
+  stops["grammar"] = "root ::= " + grammar::Literal("  Let me check. " + reply.substr(reply.find('<')));
+  const Json sw = c.Post("/v1/chat/completions", stops);
+  EXPECT_EQ(sw["choices"][0]["finish_reason"], "tool_calls") << sw.dump();
+  EXPECT_EQ(sw["choices"][0]["message"]["content"], "  Let me check.") << sw.dump();
+  EXPECT_EQ(sw["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"zone\": \"UTC\"}") << sw.dump();
+  stops["stream"] = true;
+  std::string streamed;
+  for (const Json& ev : c.Post("/v1/chat/completions", stops)) {
+    if (ev.contains("choices") && !ev["choices"].empty() && ev["choices"][0]["delta"]["content"].is_string()) {
+      streamed += ev["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(streamed, "  Let me check.");
+  stops.erase("stream");
+  stops["grammar"] = grammar;  // "Let me check.\n<tool_call>...": the stop comes first
+  const Json cut = c.Post("/v1/chat/completions", stops);
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop") << cut.dump();
+  EXPECT_EQ(cut["choices"][0]["message"]["content"], "Let me check.") << cut.dump();
   // A reply that is only a call: the role comes with the call, content null, and no delta has text.
   Json only_call = body;
   only_call["grammar"] = "root ::= " + grammar::Literal(reply.substr(reply.find('<')));
