@@ -125,6 +125,7 @@ ApiServer::ApiServer(const ServerConfig& config, Service& service, Metrics& metr
   post("/v1/chat/completions", Wrap("/v1/chat/completions", true, bind(&ApiServer::ChatCompletions), /*turn=*/true));
   post("/v1/completions", Wrap("/v1/completions", true, bind(&ApiServer::Completions), /*turn=*/true));
   post("/v1/responses", Wrap("/v1/responses", true, bind(&ApiServer::CreateResponse), /*turn=*/true));
+  post("/v1/responses/input_tokens", Wrap("/v1/responses/input_tokens", true, bind(&ApiServer::CountResponseTokens)));
   get(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::GetResponse)));
   del(R"(/v1/responses/([A-Za-z0-9_\-]+))", Wrap("/v1/responses/{id}", true, bind(&ApiServer::DeleteResponse)));
   post(R"(/v1/responses/([A-Za-z0-9_\-]+)/cancel)",

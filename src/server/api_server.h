@@ -153,6 +153,9 @@ class ApiServer {
   void ChatCompletions(const Req& req, Res& res, const std::string& owner);
   void Completions(const Req& req, Res& res, const std::string& owner);
   void CreateResponse(const Req& req, Res& res, const std::string& owner);
+  void CountResponseTokens(const Req& req, Res& res, const std::string& owner);
+  // Both: count_only renders the prompt and answers its token count, starting no turn.
+  void RunResponse(const Req& req, Res& res, const std::string& owner, bool count_only);
   void GetResponse(const Req& req, Res& res, const std::string& owner);
   void DeleteResponse(const Req& req, Res& res, const std::string& owner);
   void CancelResponse(const Req& req, Res& res, const std::string& owner);

@@ -98,10 +98,21 @@ ApiError StoreFailure(const Error& e) { return ToApiError(e, "store: "); }
 
 }  // namespace
 
-void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owner) {
-  auto begun = BeginRequest(req, res, owner, "/v1/responses");
-  if (!begun) return;  // answered: a retry of a request that ran, or a refused request id
-  const Ticket ticket = std::move(*begun);
+void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owner) { RunResponse(req, res, owner, false); }
+
+// POST /v1/responses/input_tokens: the request's prompt rendered as a turn would render it
+// (instructions, the chain or conversation, tools), counted; nothing generated, locked or stored.
+void ApiServer::CountResponseTokens(const Req& req, Res& res, const std::string& owner) {
+  RunResponse(req, res, owner, true);
+}
+
+void ApiServer::RunResponse(const Req& req, Res& res, const std::string& owner, bool count_only) {
+  Ticket ticket;
+  if (!count_only) {
+    auto begun = BeginRequest(req, res, owner, "/v1/responses");
+    if (!begun) return;  // answered: a retry of a request that ran, or a refused request id
+    ticket = std::move(*begun);
+  }
   Store* store = service_.store();
   // An output item's id names its response (msg_<r> is in resp_<r>, see msg_id below): a reference
   // to it is one primary-key lookup, owner-checked, whatever the number of stored responses.
@@ -142,7 +153,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
   // The fast path: the previous response is the latest turn of its live session, which holds the
   // chain's whole history: only the new turn is rendered (Service::StartAfterResponse).
   std::optional<ApiResult<StartedTurn>> started;
-  if (prev_id && truncation == "disabled") {
+  if (prev_id && truncation == "disabled" && !count_only) {
     TurnSpec fast = spec;
     std::vector<bool> pins;
     AppendMessages(input_items, &fast.messages, &pins);
@@ -199,6 +210,7 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
       if (!c.ok()) return http::SendError(res, StoreFailure(c.error()));
       if (!c->has_value()) return http::SendError(res, http::NotFound("Conversation with id '" + *conv_id + "' not found."));
       conv = **c;
+      if (count_only) break;  // counting takes no lock: the items as they are now
       const int64_t lock_id = conv->session_id ? *conv->session_id : ConversationLockId(*conv_id);
       if ((spec.lock && spec.lock->id() == lock_id) || attempt == 3) break;
       spec.lock.reset();  // releases the lock it read the conversation under before
@@ -262,6 +274,11 @@ void ApiServer::CreateResponse(const Req& req, Res& res, const std::string& owne
     PrepareToolMessages(service_, &messages);
   }
   spec.messages = std::move(messages);
+  if (count_only) {
+    auto toks = service_.Render(spec);
+    if (auto* e = std::get_if<ApiError>(&toks)) return http::SendError(res, *e);
+    return http::SendJson(res, Json{{"object", "response.input_tokens"}, {"input_tokens", std::get<0>(toks).size()}});
+  }
   // truncation "auto": a context longer than the model's keeps the turns selective context picks.
   if (!started && truncation == "auto" && spec.context.budget <= 0) {
     auto toks = service_.Render(spec);

@@ -217,6 +217,37 @@ TEST_F(OpenAiCompat, ItemReferencesResolveToTheStoredOutputItem) {
   }
 }
 
+// POST /v1/responses/input_tokens counts the prompt a response request renders (instructions,
+// tools, the previous responses' chain) as the turn itself counts it, and refuses what it refuses.
+TEST_F(OpenAiCompat, CountsResponseInputTokensAsTheTurnDoes) {
+  const Json tools = Json::array({{{"type", "function"}, {"name", "get_time"}, {"parameters", {{"type", "object"}}}}});
+  Json body = {{"model", "stories260K"}, {"input", "Once upon a time"}, {"instructions", "Tell a story."}, {"tools", tools}};
+  Json count = Post("/v1/responses/input_tokens", body, 200);
+  Json turn = body;
+  turn["max_output_tokens"] = 2;
+  const Json first = Post("/v1/responses", turn, 200);
+  if (!count.is_object() || !first.is_object()) return;
+  EXPECT_EQ(count["object"], "response.input_tokens") << count.dump();
+  EXPECT_EQ(count["input_tokens"], first["usage"]["input_tokens"]) << count.dump() << first.dump();
+  // After a stored response: its history is counted, and the turn agrees.
+  Json next = {{"input", "Then what?"}, {"previous_response_id", first["id"]}, {"instructions", "Tell a story."}, {"tools", tools}};
+  count = Post("/v1/responses/input_tokens", next, 200);
+  next["max_output_tokens"] = 2;
+  const Json second = Post("/v1/responses", next, 200);
+  if (!count.is_object() || !second.is_object()) return;
+  EXPECT_GT(count["input_tokens"].get<int>(), first["usage"]["input_tokens"].get<int>());
+  EXPECT_EQ(count["input_tokens"], second["usage"]["input_tokens"]) << count.dump() << second.dump();
+  // Errors as the turn gives them.
+  Json e = Post("/v1/responses/input_tokens", {{"input", "x"}, {"previous_response_id", "resp_nothere"}}, 400);
+  if (e.is_object()) {
+    EXPECT_EQ(e["error"]["code"], "previous_response_not_found") << e.dump();
+  }
+  e = Post("/v1/responses/input_tokens", {{"input", "x"}, {"bogus", 1}}, 400);
+  if (e.is_object()) {
+    EXPECT_EQ(e["error"]["param"], "bogus") << e.dump();
+  }
+}
+
 TEST_F(OpenAiCompat, RetrievesTheModelById) {
   auto c = Client();
   auto list = c.Get("/v1/models");
