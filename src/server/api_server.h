@@ -24,6 +24,8 @@
 
 namespace mnemo {
 
+struct CompletionCall;
+
 struct ServerConfig {
   std::string host = "127.0.0.1";      // bind address
   int port = 8080;                     // 0 = any free port (see ApiServer::port)
@@ -152,6 +154,9 @@ class ApiServer {
 
   void ChatCompletions(const Req& req, Res& res, const std::string& owner);
   void Completions(const Req& req, Res& res, const std::string& owner);
+  // One prompt's completions (call.spec), answered on reply; session_key: X-Session-Id.
+  void RunCompletion(CompletionCall call, Ticket ticket, const std::string& owner, const std::string& session_key,
+                     std::shared_ptr<http::Reply> reply);
   void CreateResponse(const Req& req, Res& res, const std::string& owner);
   void CountResponseTokens(const Req& req, Res& res, const std::string& owner);
   // Both: count_only renders the prompt and answers its token count, starting no turn.

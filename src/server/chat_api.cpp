@@ -7,6 +7,7 @@
 #include "server/api_server.h"
 #include "server/http_util.h"
 #include "server/logprobs_json.h"
+#include "server/prompts_reply.h"
 #include "server/request_parse.h"
 #include "server/tools.h"
 
@@ -217,19 +218,38 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   auto parsed = ParseCompletion(service_, req.body, owner);
   if (auto* e = std::get_if<ApiError>(&parsed)) return http::SendError(res, *e);
   CompletionCall& call = std::get<CompletionCall>(parsed);
+  if (call.prompts.size() <= 1) {
+    return RunCompletion(std::move(call), std::move(ticket), owner, req.get_header_value("X-Session-Id"), res.Defer());
+  }
+  // Several prompts: each its own request (its own session; X-Session-Id names one session, so it
+  // is not used), into one answer. The request id's ticket is held until that answer goes out
+  // (a retry meanwhile waits) and records nothing: a retry after it runs the prompts again.
+  auto merged = PromptsReply::Create(res.Defer(), call.prompts.size(), call.n);
+  merged->Hold(std::move(ticket));
+  const std::vector<std::string> prompts = std::move(call.prompts);
+  for (size_t i = 0; i < prompts.size(); i++) {
+    CompletionCall one = call;
+    one.spec.prompt = prompts[i];
+    one.spec.lock.reset();
+    RunCompletion(std::move(one), Ticket(), owner, "", merged->Part(i));
+  }
+}
+
+void ApiServer::RunCompletion(CompletionCall call, Ticket ticket, const std::string& owner,
+                              const std::string& session_key, std::shared_ptr<http::Reply> reply) {
   TurnSpec& spec = call.spec;
   const bool stream = call.stream;
   const int n = call.n;
   const int best_of = call.best_of;  // candidates run: n, or more to choose the n best from
   const std::string echo = call.echo ? *spec.prompt : std::string();
-  spec.hint.key = req.get_header_value("X-Session-Id");
+  spec.hint.key = session_key;
   const bool logprobs = spec.request.logprobs >= 0;
   TurnRequest choice_request = spec.request;
   // Ranking needs each token's logprob (the chosen one's: reported only when asked).
   if (best_of > n && !logprobs) choice_request.logprobs = 0;
   if (best_of > 1) AsPrefill(&spec.request);
   auto started = service_.Start(std::move(spec));
-  if (auto* e = std::get_if<ApiError>(&started)) return http::SendError(res, *e);
+  if (auto* e = std::get_if<ApiError>(&started)) return reply->Send(http::ErrorResponse(*e));
   StartedTurn t = std::get<StartedTurn>(started);
   t.prefill = best_of > 1;
   const std::string id = NewId("cmpl-");
@@ -270,7 +290,6 @@ void ApiServer::Completions(const Req& req, Res& res, const std::string& owner) 
   candidates->logprob.assign(best_of, 0.0);
   candidates->session.assign(best_of, -1);
   auto run = std::make_shared<ChoicesRun>();
-  auto reply = res.Defer();
   auto drive = [=, this](int i, StartedTurn turn) {
     auto c = std::make_shared<Choice>();
     c->turn = std::move(turn);

@@ -308,23 +308,30 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
   auto p = body.find("prompt");
   if (p == body.end() || p->is_null()) return http::BadRequest("Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
   // OpenAI's prompt is a string, an array of strings, an array of token ids or an array of those.
-  // LangChain's OpenAI LLM always sends an array (of one prompt per invoke), so an array of one
-  // string is that string; several prompts and token ids are refused, never half-answered.
+  // An array of strings is that many prompts (LangChain's OpenAI LLM sends every prompt in one,
+  // its generate([a, b]) several); token ids are refused, never half-answered.
+  std::vector<std::string> prompts;
   if (p->is_array()) {
-    if (p->size() == 1 && (*p)[0].is_string()) {
-      p = p->begin();
-    } else if (!p->empty() && ((*p)[0].is_number_integer() || (*p)[0].is_array())) {
+    if (p->empty()) return BadRequest("'prompt' must be a string or a non-empty array of strings", "prompt", "invalid_type");
+    if ((*p)[0].is_number_integer() || (*p)[0].is_array()) {
       return BadRequest("Prompts as token ids are not supported: send the prompt's text", "prompt", "unsupported_value");
-    } else if (p->size() > 1) {
-      return BadRequest("'prompt' holds " + std::to_string(p->size()) + " prompts; mnemo completes one prompt per "
-                        "request (send one request per prompt)", "prompt", "unsupported_value");
-    } else {
-      return BadRequest("'prompt' must be a string or an array of one string", "prompt", "invalid_type");
     }
+    if (p->size() > static_cast<size_t>(kMaxPrompts)) {
+      return BadRequest("'prompt' holds " + std::to_string(p->size()) + " prompts; at most " +
+                        std::to_string(kMaxPrompts) + " are allowed", "prompt", "invalid_value");
+    }
+    for (size_t i = 0; i < p->size(); i++) {
+      if (!(*p)[i].is_string()) {
+        return BadRequest("'prompt' must be a string or an array of strings", "prompt[" + std::to_string(i) + "]", "invalid_type");
+      }
+      prompts.push_back((*p)[i].get<std::string>());
+    }
+  } else {
+    prompts.push_back(p->get<std::string>());
   }
   TurnSpec spec;
   spec.owner = owner;
-  spec.prompt = p->get<std::string>();
+  spec.prompt = prompts[0];
   spec.request.max_tokens = 16;  // OpenAI's default for completions
   if (auto e = http::ParseGeneration(body, {"max_tokens"}, &spec.request)) return *e;
   if (auto e = ParseKnownFields(body, Endpoint::kCompletions, model.tokenizer().n_vocab(), &spec.request)) return *e;
@@ -344,7 +351,17 @@ ApiResult<CompletionCall> ParseCompletion(ServedModel& model, const std::string&
   if (!Absent(body, "suffix") && !body["suffix"].get_ref<const std::string&>().empty()) {
     return BadRequest("suffix is not supported by this model", "suffix", "unsupported_parameter");
   }
+  if (prompts.size() > 1 && call.stream) {
+    return BadRequest("'stream' with several prompts is not supported: send one request per prompt", "stream",
+                      "unsupported_value");
+  }
+  if (prompts.size() * static_cast<size_t>(call.best_of) > static_cast<size_t>(kMaxPromptChoices)) {
+    return BadRequest("'prompt' holds " + std::to_string(prompts.size()) + " prompts of " + std::to_string(call.best_of) +
+                      " choices each; at most " + std::to_string(kMaxPromptChoices) + " choices are run per request",
+                      "prompt", "invalid_value");
+  }
   call.spec = std::move(spec);
+  call.prompts = std::move(prompts);
   return call;
 }
 

@@ -30,8 +30,14 @@ struct ChatCall {
 ApiResult<ChatCall> ParseChatCompletion(ServedModel& model, const std::string& raw_body, const std::string& owner);
 
 // A completion: a raw prompt.
+// Completions' prompt arrays: at most kMaxPrompts prompts (LangChain's OpenAI LLM sends up to 20,
+// its batchSize), and at most kMaxPromptChoices turns in all (prompts x best_of).
+inline constexpr int kMaxPrompts = 32;
+inline constexpr int kMaxPromptChoices = 64;
+
 struct CompletionCall {
-  TurnSpec spec;
+  TurnSpec spec;                     // the first prompt's
+  std::vector<std::string> prompts;  // every prompt (several: each runs as its own request, not streamed)
   bool stream = false;
   int n = 1;          // choices returned (1 to http::kMaxChoices)
   int best_of = 1;    // candidates generated, of which the n most likely are returned (n to kMaxChoices)

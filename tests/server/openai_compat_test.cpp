@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "server_process.h"
 
@@ -142,13 +144,40 @@ TEST_F(OpenAiCompat, KnownFieldsWithOtherValuesAreRefusedNamingThem) {
   if (j.is_object()) {
     EXPECT_EQ(j["error"]["param"], "stream_options.bogus");
   }
-  // Several prompts in one request, and token-id prompts, are refused whole.
-  for (const Json& prompt : {Json{"a", "b"}, Json::array({1, 2, 3}), Json::array({Json::array({1, 2})}), Json::array()}) {
+  // Token-id prompts, and several prompts streamed, are refused whole.
+  j = Post("/v1/completions", {{"prompt", {"a", "b"}}, {"max_tokens", 2}, {"stream", true}}, 400);
+  if (j.is_object()) {
+    EXPECT_EQ(j["error"]["param"], "stream");
+  }
+  for (const Json& prompt : {Json::array({1, 2, 3}), Json::array({Json::array({1, 2})}), Json::array(), Json{"a", 1}}) {
     j = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 2}}, 400);
     if (j.is_object()) {
-      EXPECT_EQ(j["error"]["param"], "prompt") << prompt.dump();
+      EXPECT_EQ(j["error"]["param"], prompt.size() == 2 ? "prompt[1]" : "prompt") << prompt.dump();
     }
   }
+}
+
+// Several prompts in one completions request (LangChain's generate([a, b])): as OpenAI answers,
+// n choices per prompt in prompt order, index = prompt * n + choice, usage summed.
+TEST_F(OpenAiCompat, CompletesSeveralPromptsInOneRequest) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat"};
+  Json j = Post("/v1/completions", {{"prompt", prompts}, {"n", 2}, {"max_tokens", 3}, {"ignore_eos", true}, {"echo", true}}, 200);
+  ASSERT_TRUE(j.is_object() && j["choices"].is_array()) << j.dump();
+  ASSERT_EQ(j["choices"].size(), 4u) << j.dump();
+  EXPECT_EQ(j["object"], "text_completion");
+  for (int k = 0; k < 4; k++) {
+    const Json& c = j["choices"][k];
+    EXPECT_EQ(c["index"], k) << j.dump();
+    EXPECT_EQ(c["text"].get<std::string>().rfind(prompts[k / 2], 0), 0u) << j.dump();
+  }
+  int prompt_tokens = 0;
+  for (const std::string& p : prompts) {
+    Json one = Post("/v1/completions", {{"prompt", p}, {"max_tokens", 1}}, 200);
+    if (one.is_object()) prompt_tokens += one["usage"]["prompt_tokens"].get<int>();
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens) << j.dump();
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12) << j.dump();
+  EXPECT_EQ(j["usage"]["total_tokens"], prompt_tokens + 12) << j.dump();
 }
 
 TEST_F(OpenAiCompat, LogitBiasSteersSampling) {
