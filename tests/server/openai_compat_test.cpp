@@ -178,6 +178,11 @@ TEST_F(OpenAiCompat, CompletesSeveralPromptsInOneRequest) {
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens) << j.dump();
   EXPECT_EQ(j["usage"]["completion_tokens"], 12) << j.dump();
   EXPECT_EQ(j["usage"]["total_tokens"], prompt_tokens + 12) << j.dump();
+  // A prompt that fails (longer than the context) fails the request with its error.
+  j = Post("/v1/completions", {{"prompt", {"Once upon a time", std::string(4000, 'a')}}, {"max_tokens", 2}}, 400);
+  if (j.is_object()) {
+    EXPECT_EQ(j["error"]["code"], "context_length_exceeded") << j.dump();
+  }
 }
 
 TEST_F(OpenAiCompat, LogitBiasSteersSampling) {
