@@ -67,7 +67,7 @@ Automaton::StateId Automaton::InternState(std::vector<int32_t>& stacks) {
   if (stacks.empty()) return kDead;
   auto it = state_ids_.find(stacks);
   if (it != state_ids_.end()) return it->second;
-  if (static_cast<int32_t>(states_.size()) >= kMaxStates) {
+  if (static_cast<int32_t>(states_.size()) >= kMaxStates || state_stacks_.size() + stacks.size() > kMaxStateStacks) {
     overflow_ = true;
     return kDead;
   }
@@ -244,6 +244,14 @@ Automaton::Stats Automaton::stats() {
   s.key_bytes = static_cast<int64_t>(key_bytes_);
   s.states = static_cast<int64_t>(states_.size());
   s.stacks = static_cast<int64_t>(stacks_.size());
+  // Hash tables counted at ~3x their entries' size (nodes, buckets).
+  s.bytes = static_cast<int64_t>(
+      trans_blocks_.size() * kTablesPerBlock * 256 * (sizeof(int32_t) + sizeof(uint16_t)) +
+      mask_blocks_.size() * kMasksPerBlock * words_ * sizeof(uint64_t) + key_bytes_ + stacks_.size() * sizeof(StackNode) +
+      stack_ids_.size() * 3 * 16 + states_.size() * sizeof(State) + state_stacks_.size() * sizeof(int32_t) * 4 +
+      ends_.size() * sizeof(StateId));
+  for (const auto& c : costly_) s.bytes += static_cast<int64_t>(c.size() * 8);
+  for (const auto& g : group_ends_) s.bytes += static_cast<int64_t>(g.size() * sizeof(StateId));
   return s;
 }
 
@@ -511,8 +519,9 @@ Status Automaton::FillMask(StateId s, int budget, TokenMask* mask) {
   if (s < 0) return Status::Ok();
   uint64_t* w = mask->data();
   auto too_complex = [&] {
-    return MakeError(StatusCode::kInvalidArgument, "the grammar is too complex: its matcher exceeded %d states or %d stacks",
-                     kMaxStates, kMaxStacks);
+    return MakeError(StatusCode::kInvalidArgument,
+                     "the grammar is too complex: its matcher exceeded %d states, %d stacks or %zu stack ids in all states",
+                     kMaxStates, kMaxStacks, kMaxStateStacks);
   };
   BaseMask(s, w);
   if (overflow_) return too_complex();

@@ -84,6 +84,8 @@ class Automaton {
   static constexpr int32_t kMaxStacks = 4000000;
   static constexpr size_t kMaxMaskCacheBytes = size_t{64} << 20;
   static constexpr size_t kMaxKeyBytes = size_t{64} << 20;  // per-element data (see above)
+  // Stack ids of all states together (a state of an ambiguous grammar holds thousands).
+  static constexpr size_t kMaxStateStacks = size_t{16} << 20;
 
   Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenIndex> index);
   Automaton(const Automaton&) = delete;
@@ -122,6 +124,7 @@ class Automaton {
     int64_t masks_split = 0;              // of masks_computed, those from per-element masks
     int64_t keys = 0;                     // per-element keys walked
     int64_t key_bytes = 0;                // their memory
+    int64_t bytes = 0;                    // all the automaton holds (tables, masks, keys, stacks), about
   };
   Stats stats();
   // Per-element masks on (default) or off (every new state walks the whole trie, as a reference).
